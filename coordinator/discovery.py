@@ -1,0 +1,204 @@
+"""Partition discovery and offsets, per cluster of every stream.
+
+One :class:`ClusterClient` per (stream, cluster) wraps a provider metadata
+client. Partition counts are re-discovered in the background and on every
+metadata change; offsets are asked fresh when a batch is planned. A cluster
+that fails a request is *unreachable*: for a short backoff it is not asked
+again (planning skips it, so it never stalls the other clusters), and the time
+it became unreachable drives automatic failover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from coordinator.config import CoordinatorConfig
+from coordinator.stream_state import StreamView
+from multikafka.exceptions import UnavailableError
+from multikafka.model import ClusterSpec, Connection, SplitId
+from multikafka.providers import MetadataClient, OffsetQuery
+from multikafka.providers.kafka import KafkaMetadataClient
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MetadataClientFactory = Callable[[Connection], MetadataClient]
+#: Called with (stream, cluster, topic, known, seen) when a partition count drops.
+ShrinkListener = Callable[[str, str, str, int, int], None]
+
+
+@dataclass
+class Health:
+    reachable: bool = True
+    error: str = ""
+    #: ``time.monotonic()`` of the first failure of the current outage.
+    unreachable_since: float | None = None
+    #: Do not ask the cluster again before this ``time.monotonic()``.
+    retry_at: float = 0.0
+
+
+@dataclass
+class ClusterClient:
+    stream: str
+    cluster: str
+    spec: ClusterSpec
+    client: MetadataClient
+    health: Health = field(default_factory=Health)
+    #: topic -> partition count (never decreases while the client lives).
+    partitions: dict[str, int] = field(default_factory=dict)
+    discovered: bool = False
+
+    @property
+    def fingerprint(self) -> str:
+        return self.spec.connection(self.cluster).fingerprint
+
+    def splits(self) -> list[SplitId]:
+        return [
+            SplitId(self.cluster, topic, p)
+            for topic in self.spec.topics
+            for p in range(self.partitions.get(topic, 0))
+        ]
+
+
+class Discovery:
+    """Clients, partition counts and reachability of every cluster of every stream."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        executor: Executor,
+        *,
+        client_factory: MetadataClientFactory = KafkaMetadataClient,
+        on_shrink: ShrinkListener | None = None,
+    ) -> None:
+        self._config = config
+        self._executor = executor
+        self._factory = client_factory
+        self._on_shrink = on_shrink
+        self._clients: dict[tuple[str, str], ClusterClient] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # -- clients -------------------------------------------------------------
+
+    def client(self, stream: str, cluster: str) -> ClusterClient | None:
+        return self._clients.get((stream, cluster))
+
+    def clients(self, stream: str) -> list[ClusterClient]:
+        return [c for (s, _), c in sorted(self._clients.items()) if s == stream]
+
+    async def sync(self, view: StreamView | None, name: str) -> None:
+        """Match the clients of stream ``name`` to its metadata: create clients
+        for new clusters, recreate those whose connection changed, close the
+        ones removed. Then discover partitions of the new and changed ones."""
+        wanted = dict(view.spec.clusters) if view is not None else {}
+        fresh: list[ClusterClient] = []
+        for (stream, cid), cc in list(self._clients.items()):
+            if stream != name:
+                continue
+            spec = wanted.get(cid)
+            if spec is None or spec.connection(cid).fingerprint != cc.fingerprint:
+                del self._clients[(stream, cid)]
+                await self._run(cc.client.close)
+            elif spec != cc.spec:
+                cc.spec = spec  # same connection; topics or state changed
+                fresh.append(cc)
+        for cid, spec in wanted.items():
+            if (name, cid) not in self._clients:
+                client = await self._run(self._factory, spec.connection(cid))
+                cc = self._clients[(name, cid)] = ClusterClient(name, cid, spec, client)
+                fresh.append(cc)
+        await asyncio.gather(*(self.discover(cc) for cc in fresh))
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for cc in self._clients.values():
+            await self._run(cc.client.close)
+        self._clients.clear()
+
+    # -- discovery -----------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="partition discovery")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.discovery_interval_s)
+            await asyncio.gather(*(self.discover(cc) for cc in list(self._clients.values())))
+
+    async def discover(self, cc: ClusterClient, *, force: bool = False) -> bool:
+        """Refresh the partition counts of ``cc``; False if it is unreachable."""
+        try:
+            counts = await self.call(
+                cc,
+                lambda: cc.client.partition_counts(cc.spec.topics, self._config.cluster_timeout_s),
+                force=force,
+            )
+        except UnavailableError:
+            return False
+        for topic, n in counts.items():
+            known = cc.partitions.get(topic, 0)
+            if n < known:
+                logger.error(
+                    "partition count of a topic shrank; keeping the known partitions",
+                    extra={
+                        "stream": cc.stream,
+                        "cluster": cc.cluster,
+                        "topic": topic,
+                        "known": known,
+                        "seen": n,
+                    },
+                )
+                if self._on_shrink is not None:
+                    self._on_shrink(cc.stream, cc.cluster, topic, known, n)
+                continue
+            cc.partitions[topic] = n
+        for topic in [t for t in cc.partitions if t not in cc.spec.topics]:
+            del cc.partitions[topic]
+        cc.discovered = True
+        return True
+
+    async def offsets(
+        self, cc: ClusterClient, partitions: Sequence[tuple[str, int]], query: OffsetQuery
+    ) -> dict[tuple[str, int], int]:
+        """Offsets of ``partitions`` on ``cc`` (raises UnavailableError)."""
+        return await self.call(
+            cc, lambda: cc.client.offsets(partitions, query, self._config.cluster_timeout_s)
+        )
+
+    async def call(self, cc: ClusterClient, fn: Callable[[], T], *, force: bool = False) -> T:
+        """Run a blocking client call, tracking the cluster's reachability."""
+        health = cc.health
+        now = time.monotonic()
+        if not health.reachable and now < health.retry_at and not force:
+            raise UnavailableError(f"cluster {cc.cluster} is unreachable: {health.error}")
+        try:
+            result = await self._run(fn)
+        except UnavailableError as exc:
+            if health.reachable:
+                logger.warning(
+                    "cluster unreachable",
+                    extra={"stream": cc.stream, "cluster": cc.cluster, "error": str(exc)},
+                )
+                health.unreachable_since = now
+            health.reachable = False
+            health.error = str(exc)
+            health.retry_at = time.monotonic() + self._config.unreachable_backoff_s
+            raise
+        if not health.reachable:
+            logger.info(
+                "cluster reachable again", extra={"stream": cc.stream, "cluster": cc.cluster}
+            )
+        cc.health = Health()
+        return result
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)

@@ -1,0 +1,85 @@
+"""A short per-stream history of what changed and why (reconciles, drains,
+failovers, abandoned ranges, rejected documents), kept in etcd so it survives
+coordinator restarts, and printed by ``multikafka admin streams history``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+
+from coordinator.etcd import Etcd
+from multikafka.exceptions import UnavailableError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Entry:
+    time_ms: int
+    generation: int
+    kind: str
+    cluster: str
+    detail: str
+
+
+class History:
+    def __init__(self, etcd: Etcd, prefix: str, size: int) -> None:
+        self._etcd = etcd
+        self._prefix = f"{prefix}/history/"
+        self._size = size
+        self._entries: dict[str, deque[Entry]] = {}
+        self._dirty: set[str] = set()
+        self._flush_task: asyncio.Task[None] | None = None
+
+    async def load(self) -> None:
+        kvs, _ = await self._etcd.get_prefix(self._prefix)
+        for kv in kvs:
+            try:
+                items = [Entry(**e) for e in json.loads(kv.value)]
+            except (ValueError, TypeError):
+                logger.warning("unreadable history ignored", extra={"key": kv.key})
+                continue
+            self._entries[kv.key[len(self._prefix) :]] = deque(items, maxlen=self._size)
+
+    def record(
+        self, stream: str, kind: str, *, cluster: str = "", detail: str = "", generation: int = 0
+    ) -> None:
+        """Append an entry (persisted in the background)."""
+        entry = Entry(int(time.time() * 1000), generation, kind, cluster, detail)
+        self._entries.setdefault(stream, deque(maxlen=self._size)).append(entry)
+        self._dirty.add(stream)
+        logger.info(
+            "%s %s",
+            kind,
+            detail,
+            extra={"stream": stream, "cluster": cluster, "generation": generation, "kind": kind},
+        )
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.get_running_loop().create_task(self.flush())
+
+    def entries(self, stream: str, limit: int = 0) -> list[Entry]:
+        items = list(self._entries.get(stream, ()))
+        return items[-limit:] if limit > 0 else items
+
+    def forget(self, stream: str) -> None:
+        self._entries.pop(stream, None)
+        self._dirty.add(stream)
+
+    async def flush(self) -> None:
+        while self._dirty:
+            stream = self._dirty.pop()
+            key = self._prefix + stream
+            try:
+                if stream in self._entries:
+                    raw = json.dumps([asdict(e) for e in self._entries[stream]]).encode()
+                    await self._etcd.put(key, raw)
+                else:
+                    await self._etcd.delete(key)
+            except UnavailableError:
+                logger.warning("could not persist history", extra={"stream": stream})
+                self._dirty.add(stream)
+                await asyncio.sleep(1.0)

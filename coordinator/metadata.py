@@ -1,0 +1,247 @@
+"""Stream metadata in etcd: load, watch, validate, keep the last good version.
+
+Documents live at ``<prefix>/streams/<name>`` and the coordinator's status at
+``<prefix>/status/<name>``. One watch covers both, so changes apply in etcd
+revision order (the revision is the metadata generation). It restarts from the
+last revision it applied after etcd restarts, and reloads everything if that
+revision was compacted. A document that does not validate is logged, counted
+and ignored: the previous valid version stays in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from coordinator.etcd import Compacted, Etcd, WatchEvent, prefix_end
+from coordinator.stream_state import StreamStatus, StreamView
+from multikafka.exceptions import NotFoundError, UnavailableError, ValidationError
+from multikafka.model import StreamSpec
+from multikafka.validation import parse_stream_json
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MetadataChange:
+    """A stream's view before and after one applied change (``None``: absent)."""
+
+    name: str
+    old: StreamView | None
+    new: StreamView | None
+    revision: int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A document in etcd that did not validate."""
+
+    name: str
+    revision: int
+    error: str
+
+
+Listener = Callable[[MetadataChange], Awaitable[None]]
+RejectionListener = Callable[[Rejection], Awaitable[None]]
+
+
+class MetadataStore:
+    """The coordinator's in-memory copy of every stream's metadata."""
+
+    def __init__(self, etcd: Etcd, prefix: str, *, retry_s: float = 0.5) -> None:
+        self._etcd = etcd
+        self.streams_prefix = f"{prefix}/streams/"
+        self.status_prefix = f"{prefix}/status/"
+        self._views: dict[str, StreamView] = {}
+        #: Status documents of streams whose document is not (yet) valid.
+        self._orphan_status: dict[str, tuple[StreamStatus, int]] = {}
+        self._listeners: list[Listener] = []
+        self._rejection_listeners: list[RejectionListener] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._retry_s = retry_s
+        self._lock = asyncio.Lock()
+        # One key range holds both prefixes ("status/" < "streams/").
+        self._range = (self.status_prefix, prefix_end(self.streams_prefix.encode()).decode())
+        #: Highest etcd revision applied.
+        self._revision = 0
+        self.ready = asyncio.Event()
+        self.watch_restarts = 0
+
+    # -- reading -------------------------------------------------------------
+
+    def get(self, name: str) -> StreamView:
+        view = self._views.get(name)
+        if view is None:
+            raise NotFoundError(f"stream {name!r} does not exist (or has no valid document)")
+        return view
+
+    def find(self, name: str) -> StreamView | None:
+        return self._views.get(name)
+
+    def views(self) -> list[StreamView]:
+        return [self._views[n] for n in sorted(self._views)]
+
+    @property
+    def revision(self) -> int:
+        """Highest etcd revision applied."""
+        return self._revision
+
+    def on_change(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def on_rejection(self, listener: RejectionListener) -> None:
+        self._rejection_listeners.append(listener)
+
+    # -- writing (admin) -------------------------------------------------------
+
+    async def put_stream(self, spec: StreamSpec, expected_version: int = 0) -> int:
+        """Store a validated document. ``expected_version`` > 0 makes the write
+        conditional on the stored version. Returns the new version."""
+        key = self.streams_prefix + spec.name
+        raw = spec.to_json(redact=False).encode()
+        if expected_version:
+            return await self._etcd.put_if(key, raw, expected_version)
+        return await self._etcd.put(key, raw)
+
+    async def delete_stream(self, name: str) -> bool:
+        deleted = await self._etcd.delete(self.streams_prefix + name)
+        await self._etcd.delete(self.status_prefix + name)
+        return deleted
+
+    async def put_status(self, name: str, status: StreamStatus, expected_version: int) -> int:
+        return await self._etcd.put_if(
+            self.status_prefix + name, status.to_json(), expected_version
+        )
+
+    async def wait_applied(self, revision: int, timeout_s: float = 5.0) -> None:
+        """Wait until the watch has applied ``revision`` (read-your-writes for admin)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.revision < revision:
+            if loop.time() > deadline:
+                raise UnavailableError(
+                    f"metadata revision {revision} not applied within {timeout_s}s"
+                )
+            await asyncio.sleep(0.01)
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        await self._load()
+        self.ready.set()
+        self._tasks.append(asyncio.create_task(self._watch(), name="metadata watch"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _load(self) -> None:
+        """Read both prefixes at one revision and apply them."""
+        kvs, revision = await self._etcd.get_range(*self._range)
+        streams = [kv for kv in kvs if kv.key.startswith(self.streams_prefix)]
+        statuses = [kv for kv in kvs if kv.key.startswith(self.status_prefix)]
+        async with self._lock:
+            present = {kv.key[len(self.streams_prefix) :] for kv in streams}
+            for name in [n for n in self._views if n not in present]:
+                await self._apply_stream(name, None, revision)
+            for kv in statuses:
+                await self._apply_status(
+                    kv.key[len(self.status_prefix) :], kv.value, kv.mod_revision
+                )
+            for kv in streams:
+                await self._apply_stream(
+                    kv.key[len(self.streams_prefix) :], kv.value, kv.mod_revision
+                )
+            self._revision = max(self._revision, revision)
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                async for ev in self._etcd.watch_range(*self._range, self._revision + 1):
+                    async with self._lock:
+                        await self._apply_event(ev)
+                        self._revision = max(self._revision, ev.revision)
+                raise UnavailableError("watch ended")
+            except Compacted:
+                logger.warning("watch revision compacted; reloading metadata")
+                await self._retry(self._load)
+            except UnavailableError as exc:
+                self.watch_restarts += 1
+                logger.warning(
+                    "metadata watch broke; resuming from revision %d",
+                    self._revision + 1,
+                    extra={"error": str(exc)},
+                )
+                await asyncio.sleep(self._retry_s)
+
+    async def _retry(self, fn: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            try:
+                await fn()
+                return
+            except UnavailableError as exc:
+                logger.warning("etcd unavailable: %s", exc)
+                await asyncio.sleep(self._retry_s)
+
+    async def _apply_event(self, ev: WatchEvent) -> None:
+        if ev.key.startswith(self.streams_prefix):
+            await self._apply_stream(ev.key[len(self.streams_prefix) :], ev.value, ev.revision)
+        elif ev.key.startswith(self.status_prefix):
+            await self._apply_status(ev.key[len(self.status_prefix) :], ev.value, ev.revision)
+
+    async def _apply_stream(self, name: str, raw: bytes | None, revision: int) -> None:
+        old = self._views.get(name)
+        if raw is None:
+            if old is not None:
+                del self._views[name]
+                self._orphan_status.pop(name, None)
+                await self._notify(MetadataChange(name, old, None, revision))
+            return
+        if old is not None and old.spec_revision >= revision:
+            return  # already applied (reload after a broken watch)
+        try:
+            spec = parse_stream_json(raw, expected_name=name)
+        except ValidationError as exc:
+            logger.error(
+                "invalid stream document in etcd ignored; keeping the last good version",
+                extra={"stream": name, "revision": revision, "error": str(exc)},
+            )
+            for rl in self._rejection_listeners:
+                await rl(Rejection(name, revision, str(exc)))
+            return
+        if old is not None:
+            new = replace(old, spec=spec, spec_revision=revision)
+        else:
+            status, status_rev = self._orphan_status.pop(name, (StreamStatus(), 0))
+            new = StreamView(spec, revision, status, status_rev)
+        self._views[name] = new
+        await self._notify(MetadataChange(name, old, new, revision))
+
+    async def _apply_status(self, name: str, raw: bytes | None, revision: int) -> None:
+        try:
+            status = StreamStatus.from_json(raw) if raw is not None else StreamStatus()
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.error(
+                "invalid stream status in etcd ignored", extra={"stream": name, "error": str(exc)}
+            )
+            return
+        old = self._views.get(name)
+        if old is None:
+            self._orphan_status[name] = (status, revision)
+            return
+        if old.status_revision >= revision:
+            return
+        new = replace(old, status=status, status_revision=revision)
+        self._views[name] = new
+        await self._notify(MetadataChange(name, old, new, revision))
+
+    async def _notify(self, change: MetadataChange) -> None:
+        for listener in self._listeners:
+            try:
+                await listener(change)
+            except Exception:
+                logger.exception("metadata listener failed", extra={"stream": change.name})

@@ -1,0 +1,134 @@
+"""Prometheus metrics of the coordinator, and of the agents that push theirs
+to it. One registry per coordinator; children of a cluster or stream are
+removed when it goes away, so no series outlives what it describes."""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+_PER_CLUSTER = ("stream", "cluster")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.generation = Gauge(
+            "multikafka_metadata_generation",
+            "Metadata generation applied per stream.",
+            ["stream"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "multikafka_metadata_rejected",
+            "Invalid stream documents ignored.",
+            ["stream"],
+            registry=r,
+        )
+        self.reachable = Gauge(
+            "multikafka_cluster_reachable",
+            "1 if the cluster answered its last request.",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.partitions = Gauge(
+            "multikafka_cluster_partitions",
+            "Partitions discovered per cluster of a stream.",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.lag = Gauge(
+            "multikafka_lag_records",
+            "Records between the latest planned start and the high watermarks.",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.planned = Counter(
+            "multikafka_records_planned",
+            "Records planned into micro-batches.",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.abandoned = Counter(
+            "multikafka_abandoned_ranges",
+            "Planned ranges abandoned (cluster failed or removed).",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.abandoned_records = Counter(
+            "multikafka_abandoned_records", "Records in abandoned ranges.", _PER_CLUSTER, registry=r
+        )
+        self.data_loss = Counter(
+            "multikafka_data_loss_events",
+            "Data loss detected and skipped (failOnDataLoss=false).",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.shrunk = Counter(
+            "multikafka_partition_count_shrunk",
+            "A topic was seen with fewer partitions than before.",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.failovers = Counter(
+            "multikafka_failovers",
+            "Failovers performed.",
+            ["stream", "from_cluster", "to_cluster", "mode"],
+            registry=r,
+        )
+        self.drains = Counter("multikafka_drains", "Drains started.", _PER_CLUSTER, registry=r)
+        self.reconciles = Counter(
+            "multikafka_reconcile_events", "Reconcile events pushed.", ["stream"], registry=r
+        )
+        self.reconcile_latency = Histogram(
+            "multikafka_reconcile_latency_seconds",
+            "From seeing a metadata change to the last registered agent applying it.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.readers = Gauge("multikafka_readers", "Registered reader agents.", registry=r)
+        self.agent_records = Counter(
+            "multikafka_agent_records_read",
+            "Records read by agents (pushed by them).",
+            _PER_CLUSTER,
+            registry=r,
+        )
+        self.subreader_restarts = Counter(
+            "multikafka_subreader_restarts",
+            "Sub-reader restarts in agents (pushed by them).",
+            _PER_CLUSTER,
+            registry=r,
+        )
+
+    _cluster_families = (
+        "reachable",
+        "partitions",
+        "lag",
+        "planned",
+        "abandoned",
+        "abandoned_records",
+        "data_loss",
+        "shrunk",
+        "drains",
+        "agent_records",
+        "subreader_restarts",
+    )
+
+    def forget_cluster(self, stream: str, cluster: str) -> None:
+        for name in self._cluster_families:
+            family = getattr(self, name)
+            with contextlib.suppress(KeyError):
+                family.remove(stream, cluster)
+
+    def forget_stream(self, stream: str, clusters: list[str]) -> None:
+        for cluster in clusters:
+            self.forget_cluster(stream, cluster)
+        for family in (self.generation, self.rejected, self.reconciles):
+            with contextlib.suppress(KeyError):
+                family.remove(stream)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

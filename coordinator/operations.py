@@ -1,0 +1,186 @@
+"""Cluster operations: drain, fail, activate, failover.
+
+Each writes the coordinator's status (drain offsets, failover records) before
+the document's cluster states, so whoever sees the new states also finds what
+they need to act on them. Both writes are conditional on the versions read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from coordinator.discovery import Discovery
+from coordinator.history import History
+from coordinator.metadata import MetadataStore
+from coordinator.metrics import Metrics
+from coordinator.stream_state import FailoverRecord, StreamStatus, StreamView
+from multikafka.exceptions import (
+    NotFoundError,
+    PreconditionError,
+    UnavailableError,
+    ValidationError,
+)
+from multikafka.model import ClusterState, FailoverStrategy, StreamSpec
+from multikafka.providers import OffsetQuery
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterOperations:
+    def __init__(
+        self, store: MetadataStore, discovery: Discovery, history: History, metrics: Metrics
+    ) -> None:
+        self._store = store
+        self._discovery = discovery
+        self._history = history
+        self._metrics = metrics
+
+    def _cluster_of(self, stream: str, cluster: str) -> StreamView:
+        view = self._store.get(stream)
+        if cluster not in view.spec.clusters:
+            raise NotFoundError(f"stream {stream!r} has no cluster {cluster!r}")
+        return view
+
+    async def capture_drain(self, view: StreamView, cluster: str) -> dict[str, int]:
+        """The end offsets of every split of ``cluster``, now."""
+        cc = self._discovery.client(view.name, cluster)
+        if cc is None or not await self._discovery.discover(cc, force=True):
+            raise PreconditionError(
+                f"cluster {cluster!r} is unreachable, so its end offsets cannot be captured for a drain; "
+                "use failover for a cluster that is down"
+            )
+        splits = cc.splits()
+        try:
+            found = await self._discovery.offsets(
+                cc, [(s.topic, s.partition) for s in splits], OffsetQuery.latest()
+            )
+        except UnavailableError as exc:
+            raise PreconditionError(
+                f"cluster {cluster!r}: cannot capture drain offsets: {exc}"
+            ) from exc
+        return {
+            str(s): found[(s.topic, s.partition)] for s in splits if (s.topic, s.partition) in found
+        }
+
+    async def drain(self, stream: str, cluster: str) -> StreamView:
+        view = self._cluster_of(stream, cluster)
+        state = view.spec.clusters[cluster].state
+        if state is ClusterState.DRAINING and cluster in view.status.drains:
+            return view
+        if state is not ClusterState.ACTIVE and state is not ClusterState.DRAINING:
+            raise PreconditionError(
+                f"cluster {cluster!r} is {state.value}; only an ACTIVE cluster can be drained"
+            )
+        offsets = await self.capture_drain(view, cluster)
+        status = replace(view.status, drains={**view.status.drains, cluster: offsets})
+        await self._write(view, status, _with_state(view.spec, {cluster: ClusterState.DRAINING}))
+        self._metrics.drains.labels(stream, cluster).inc()
+        self._history.record(
+            stream,
+            "drain",
+            cluster=cluster,
+            detail=f"reading up to {sum(offsets.values())} records' end offsets captured over {len(offsets)} splits, then retiring",
+            generation=view.generation,
+        )
+        return await self._applied(stream)
+
+    async def fail(self, stream: str, cluster: str, reason: str = "") -> StreamView:
+        view = self._cluster_of(stream, cluster)
+        await self._write(view, view.status, _with_state(view.spec, {cluster: ClusterState.FAILED}))
+        self._history.record(
+            stream,
+            "fail",
+            cluster=cluster,
+            detail=reason or "marked FAILED by admin",
+            generation=view.generation,
+        )
+        return await self._applied(stream)
+
+    async def activate(self, stream: str, cluster: str) -> StreamView:
+        view = self._cluster_of(stream, cluster)
+        drains = {c: o for c, o in view.status.drains.items() if c != cluster}
+        await self._write(
+            view,
+            replace(view.status, drains=drains),
+            _with_state(view.spec, {cluster: ClusterState.ACTIVE}),
+        )
+        self._history.record(
+            stream,
+            "activate",
+            cluster=cluster,
+            detail="marked ACTIVE by admin",
+            generation=view.generation,
+        )
+        return await self._applied(stream)
+
+    async def failover(
+        self,
+        stream: str,
+        from_cluster: str,
+        to_cluster: str,
+        *,
+        strategy: FailoverStrategy = FailoverStrategy.TIMESTAMP,
+        margin_ms: int = 30_000,
+        reason: str = "",
+        automatic: bool = False,
+    ) -> StreamView:
+        view = self._cluster_of(stream, from_cluster)
+        if to_cluster not in view.spec.clusters:
+            raise NotFoundError(
+                f"stream {stream!r} has no cluster {to_cluster!r}; add it (STANDBY) first"
+            )
+        if from_cluster == to_cluster:
+            raise ValidationError("to_cluster", "must differ from from_cluster")
+        if margin_ms < 0:
+            raise ValidationError("margin_ms", "must not be negative")
+        if view.spec.clusters[from_cluster].state is ClusterState.FAILED and (
+            view.status.failover_into(to_cluster) is not None
+        ):
+            return view  # already done
+        record = FailoverRecord(
+            from_cluster,
+            to_cluster,
+            strategy,
+            margin_ms,
+            int(time.time() * 1000),
+            reason,
+            automatic,
+        )
+        status = replace(
+            view.status,
+            failovers=(*view.status.failovers, record),
+            drains={c: o for c, o in view.status.drains.items() if c != to_cluster},
+        )
+        spec = _with_state(
+            view.spec, {from_cluster: ClusterState.FAILED, to_cluster: ClusterState.ACTIVE}
+        )
+        await self._write(view, status, spec)
+        mode = "automatic" if automatic else "admin"
+        self._metrics.failovers.labels(stream, from_cluster, to_cluster, mode).inc()
+        self._history.record(
+            stream,
+            "auto-failover" if automatic else "failover",
+            cluster=from_cluster,
+            detail=f"{from_cluster} -> {to_cluster}, strategy {strategy.value}, margin {margin_ms} ms"
+            + (f": {reason}" if reason else ""),
+            generation=view.generation,
+        )
+        return await self._applied(stream)
+
+    async def _write(self, view: StreamView, status: StreamStatus, spec: StreamSpec) -> None:
+        rev = 0
+        if status != view.status:
+            rev = await self._store.put_status(view.name, status, view.status_revision)
+        if spec != view.spec:
+            rev = await self._store.put_stream(spec, view.spec_revision)
+        await self._store.wait_applied(rev)
+
+    async def _applied(self, stream: str) -> StreamView:
+        return self._store.get(stream)
+
+
+def _with_state(spec: StreamSpec, states: dict[str, ClusterState]) -> StreamSpec:
+    clusters = {cid: replace(c, state=states.get(cid, c.state)) for cid, c in spec.clusters.items()}
+    return replace(spec, clusters=clusters)

@@ -1,0 +1,352 @@
+"""The Planner gRPC service: the driver side of the Spark source calls it to
+resolve positions, plan micro-batches and report commits."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+
+from coordinator.assignment import Range, plan_tasks
+from coordinator.discovery import ClusterClient, Discovery
+from coordinator.history import History
+from coordinator.metadata import MetadataStore
+from coordinator.metrics import Metrics
+from coordinator.planner import ClusterSnapshot, new_splits, plan_end
+from coordinator.queries import Abandonments, QueryStore
+from coordinator.rpc import unary
+from coordinator.stream_state import StreamView
+from coordinator.translate import EntryResolver
+from multikafka import offsets as ov
+from multikafka.exceptions import UnavailableError, ValidationError
+from multikafka.model import SplitId
+from multikafka.providers import OffsetQuery
+from multikafka.v1 import common_pb2, planner_pb2, planner_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+Position = planner_pb2.Position
+
+
+class PlannerService(planner_pb2_grpc.PlannerServicer):
+    def __init__(
+        self,
+        store: MetadataStore,
+        discovery: Discovery,
+        resolver: EntryResolver,
+        queries: QueryStore,
+        abandonments: Abandonments,
+        history: History,
+        metrics: Metrics,
+    ) -> None:
+        self._store = store
+        self._discovery = discovery
+        self._resolver = resolver
+        self._queries = queries
+        self._abandonments = abandonments
+        self._history = history
+        self._metrics = metrics
+
+    # -- ResolveOffsets ------------------------------------------------------
+
+    @unary
+    async def ResolveOffsets(
+        self, request: planner_pb2.ResolveOffsetsRequest, context: Ctx
+    ) -> planner_pb2.ResolveOffsetsResponse:
+        view = self._store.get(request.stream)
+        pos = request.position
+        kind = pos.kind or Position.EARLIEST
+        readable = [self._client(view, cid) for cid in view.spec.readable_clusters()]
+        await asyncio.gather(
+            *(self._discovery.discover(cc) for cc in readable if not cc.discovered)
+        )
+        splits = {str(s): s for cc in readable for s in cc.splits()}
+        specific: dict[str, int] = {}
+        if kind == Position.SPECIFIC:
+            specific = self._check_specific(view, dict(pos.offsets))
+            kind = pos.fallback or Position.EARLIEST
+        query = {
+            Position.EARLIEST: OffsetQuery.earliest(),
+            Position.LATEST: OffsetQuery.latest(),
+            Position.TIMESTAMP: OffsetQuery.at_time(pos.timestamp_ms),
+        }.get(kind)
+        if query is None:
+            raise ValidationError("position.kind", "use EARLIEST, LATEST, SPECIFIC or TIMESTAMP")
+        out: dict[str, int] = {}
+        wanted = {s: v for s, v in specific.items() if v >= 0}
+        by_special: dict[OffsetQuery, list[str]] = defaultdict(list)
+        for s in splits:
+            v = specific.get(s)
+            if v is None:
+                by_special[query].append(s)
+            elif v < 0:
+                by_special[OffsetQuery.earliest() if v == -2 else OffsetQuery.latest()].append(s)
+        out.update(wanted)
+        for q, names in by_special.items():
+            out.update(await self._offsets_of(view, names, q))
+        return planner_pb2.ResolveOffsetsResponse(
+            offsets=ov.canonical(out), generation=view.generation
+        )
+
+    def _check_specific(self, view: StreamView, offsets: dict[str, int]) -> dict[str, int]:
+        checked = ov.parse(offsets, "startingOffsets", allow_special=True)
+        for s in checked:
+            split = SplitId.parse(s)
+            spec = view.spec.clusters.get(split.cluster)
+            if spec is None:
+                raise ValidationError(
+                    f"startingOffsets.{s}", f"stream {view.name!r} has no cluster {split.cluster!r}"
+                )
+            if split.topic not in spec.topics:
+                raise ValidationError(
+                    f"startingOffsets.{s}",
+                    f"cluster {split.cluster!r} of stream {view.name!r} has no topic {split.topic!r}",
+                )
+        return checked
+
+    async def _offsets_of(
+        self, view: StreamView, splits: list[str], query: OffsetQuery
+    ) -> dict[str, int]:
+        """Offsets of ``splits`` for ``query``; splits of unreachable clusters are
+        left out (they enter later at their cluster's starting position)."""
+        by_cluster: dict[str, list[SplitId]] = defaultdict(list)
+        for s in splits:
+            by_cluster[SplitId.parse(s).cluster].append(SplitId.parse(s))
+
+        async def one(cid: str, items: list[SplitId]) -> dict[str, int]:
+            try:
+                found = await self._discovery.offsets(
+                    self._client(view, cid), [(s.topic, s.partition) for s in items], query
+                )
+            except UnavailableError:
+                logger.warning(
+                    "cluster unreachable; its splits join later",
+                    extra={"stream": view.name, "cluster": cid},
+                )
+                return {}
+            return {
+                str(s): found[(s.topic, s.partition)]
+                for s in items
+                if (s.topic, s.partition) in found
+            }
+
+        out: dict[str, int] = {}
+        for part in await asyncio.gather(*(one(c, i) for c, i in by_cluster.items())):
+            out.update(part)
+        return out
+
+    def _client(self, view: StreamView, cluster: str) -> ClusterClient:
+        cc = self._discovery.client(view.name, cluster)
+        if cc is None:
+            raise UnavailableError(
+                f"stream {view.name!r}: cluster {cluster!r} is not set up yet; retry"
+            )
+        return cc
+
+    # -- LatestOffsets -------------------------------------------------------
+
+    @unary
+    async def LatestOffsets(
+        self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
+    ) -> planner_pb2.LatestOffsetsResponse:
+        view = self._store.get(request.stream)
+        start = ov.splits_of(ov.parse(dict(request.start), "start"))
+        snapshots = await self.snapshots(view, start)
+        new = new_splits(start, snapshots)
+        abandoned = {}
+        progress = self._queries.get(request.query_id)
+        if progress is not None:
+            abandoned = progress.abandoned
+        entry, translations = (
+            await self._resolver.resolve(view, start, new, abandoned) if new else ({}, [])
+        )
+        plan = plan_end(
+            start,
+            snapshots,
+            entry,
+            budget=request.max_records or None,
+            cap=dict(request.cap) or None,
+            fail_on_data_loss=request.fail_on_data_loss,
+        )
+        self._account(view, start, plan.end, snapshots)
+        for t in translations:
+            self._history.record(
+                view.name,
+                "translated",
+                cluster=SplitId.parse(t.split).cluster,
+                detail=f"query {request.query_id}: {t.split} starts at {t.offset} ({t.how})",
+                generation=view.generation,
+            )
+        for s, why in plan.retired.items():
+            self._history.record(
+                view.name,
+                "retired",
+                cluster=SplitId.parse(s).cluster,
+                detail=f"query {request.query_id}: {s} ({why})",
+                generation=view.generation,
+            )
+        for s, what in plan.data_loss.items():
+            self._metrics.data_loss.labels(view.name, SplitId.parse(s).cluster).inc()
+            self._history.record(
+                view.name,
+                "data-loss",
+                cluster=SplitId.parse(s).cluster,
+                detail=f"query {request.query_id}: {what}",
+                generation=view.generation,
+            )
+        return planner_pb2.LatestOffsetsResponse(end=plan.end, generation=view.generation)
+
+    async def snapshots(
+        self, view: StreamView, start: Mapping[str, int]
+    ) -> dict[str, ClusterSnapshot]:
+        """What each cluster of the stream looks like now (high watermarks of
+        the splits it has and the ones ``start`` holds)."""
+
+        async def one(cid: str) -> tuple[str, ClusterSnapshot]:
+            spec = view.spec.clusters[cid]
+            cc = self._discovery.client(view.name, cid)
+            drain = view.status.drains.get(cid)
+            topics = frozenset(spec.topics)
+            if cc is None or not spec.state.readable:
+                return cid, ClusterSnapshot(
+                    spec.state, topics, reachable=cc is not None, drain=drain
+                )
+            if not cc.discovered:
+                await self._discovery.discover(cc)
+            splits = {str(s) for s in cc.splits()}
+            ask = splits | {
+                s
+                for s in start
+                if SplitId.parse(s).cluster == cid and SplitId.parse(s).topic in topics
+            }
+            parts = [(SplitId.parse(s).topic, SplitId.parse(s).partition) for s in sorted(ask)]
+            try:
+                found = await self._discovery.offsets(cc, parts, OffsetQuery.latest())
+            except UnavailableError:
+                self._metrics.reachable.labels(view.name, cid).set(0)
+                return cid, ClusterSnapshot(
+                    spec.state, topics, False, frozenset(splits), drain=drain
+                )
+            self._metrics.reachable.labels(view.name, cid).set(1)
+            latest = {f"{cid}/{t}/{p}": off for (t, p), off in found.items()}
+            return cid, ClusterSnapshot(spec.state, topics, True, frozenset(splits), latest, drain)
+
+        return dict(await asyncio.gather(*(one(cid) for cid in view.spec.clusters)))
+
+    def _account(
+        self,
+        view: StreamView,
+        start: Mapping[str, int],
+        end: Mapping[str, int],
+        snaps: Mapping[str, ClusterSnapshot],
+    ) -> None:
+        planned: dict[str, int] = defaultdict(int)
+        lag: dict[str, int] = defaultdict(int)
+        for s, e in end.items():
+            if s == ov.NO_SPLITS or s not in start:
+                continue
+            cid = SplitId.parse(s).cluster
+            planned[cid] += max(e - start[s], 0)
+            high = snaps[cid].latest.get(s) if cid in snaps else None
+            if high is not None:
+                lag[cid] += max(high - start[s], 0)
+        for cid, n in planned.items():
+            self._metrics.planned.labels(view.name, cid).inc(n)
+        for cid, snap in snaps.items():
+            if snap.reachable and snap.state.readable:
+                self._metrics.lag.labels(view.name, cid).set(lag.get(cid, 0))
+
+    # -- PlanPartitions ------------------------------------------------------
+
+    @unary
+    async def PlanPartitions(
+        self, request: planner_pb2.PlanPartitionsRequest, context: Ctx
+    ) -> planner_pb2.PlanPartitionsResponse:
+        view = self._store.get(request.stream)
+        start = ov.splits_of(ov.parse(dict(request.start), "start"))
+        end = ov.splits_of(ov.parse(dict(request.end), "end"))
+        ranges: list[Range] = []
+        for s, until in end.items():
+            frm = start.get(s, until)  # a split entering the vector has nothing to read yet
+            if until <= frm:
+                continue
+            cid = SplitId.parse(s).cluster
+            spec = view.spec.clusters.get(cid)
+            if spec is None or not spec.state.readable:
+                why = "cluster removed" if spec is None else f"cluster {spec.state.value}"
+                await self._abandonments.record(
+                    view.name, request.query_id, s, frm, until, why, view.generation
+                )
+                continue
+            ranges.append(Range(s, frm, until))
+        tasks = plan_tasks(
+            ranges,
+            min_partitions=max(request.min_partitions, 1),
+            max_records=request.max_records_per_partition or 100_000,
+        )
+        used = sorted({SplitId.parse(r.split).cluster for task in tasks for r in task})
+        clusters = []
+        for cid in used:
+            conn = view.spec.clusters[cid].connection(cid)
+            clusters.append(
+                common_pb2.ClusterConnection(
+                    cluster=cid,
+                    bootstrap_servers=conn.bootstrap_servers,
+                    properties=conn.properties.as_librdkafka_dict(),
+                    fingerprint=conn.fingerprint,
+                )
+            )
+        return planner_pb2.PlanPartitionsResponse(
+            tasks=[planner_pb2.TaskPlan(ranges=[_range_pb(r) for r in task]) for task in tasks],
+            clusters=clusters,
+            generation=view.generation,
+        )
+
+    # -- Commit --------------------------------------------------------------
+
+    @unary
+    async def Commit(
+        self, request: planner_pb2.CommitRequest, context: Ctx
+    ) -> planner_pb2.CommitResponse:
+        view = self._store.get(request.stream)
+        end = ov.splits_of(ov.parse(dict(request.end), "end"))
+        await self._queries.commit(request.query_id, view.name, end)
+        if request.group_id:
+            await self._commit_groups(view, request.group_id, end)
+        return planner_pb2.CommitResponse()
+
+    async def _commit_groups(self, view: StreamView, group_id: str, end: Mapping[str, int]) -> None:
+        by_cluster: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
+        for s, off in end.items():
+            split = SplitId.parse(s)
+            by_cluster[split.cluster][(split.topic, split.partition)] = off
+        for cid, offs in by_cluster.items():
+            cc = self._discovery.client(view.name, cid)
+            if cc is None or not cc.health.reachable:
+                continue
+            try:
+                await self._discovery.call(
+                    cc, functools.partial(cc.client.commit_group, group_id, offs, 5.0)
+                )
+            except UnavailableError as exc:
+                logger.warning(
+                    "group commit failed",
+                    extra={"stream": view.name, "cluster": cid, "error": str(exc)},
+                )
+
+
+def _range_pb(r: Range) -> common_pb2.SplitRange:
+    split = SplitId.parse(r.split)
+    return common_pb2.SplitRange(
+        cluster=split.cluster,
+        topic=split.topic,
+        partition=split.partition,
+        from_offset=r.start,
+        until_offset=r.until,
+    )

@@ -1,0 +1,124 @@
+"""Progress of the queries reading through the coordinator
+(``<prefix>/queries/<query id>``): the last committed offsets, and the
+positions each query really read to on splits whose ranges were abandoned
+(failover translation starts from those, never from further on)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from coordinator.etcd import Etcd
+from coordinator.history import History
+from coordinator.metrics import Metrics
+from multikafka.model import SplitId
+from multikafka.offsets import OffsetVector
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class QueryProgress:
+    query_id: str
+    stream: str
+    offsets: OffsetVector = field(default_factory=dict)
+    updated_ms: int = 0
+    #: split -> first offset this query did not read because its range was abandoned.
+    abandoned: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "stream": self.stream,
+                "offsets": self.offsets,
+                "updated_ms": self.updated_ms,
+                "abandoned": self.abandoned,
+            },
+            sort_keys=True,
+        ).encode()
+
+
+class QueryStore:
+    def __init__(self, etcd: Etcd, prefix: str) -> None:
+        self._etcd = etcd
+        self._prefix = f"{prefix}/queries/"
+        self._queries: dict[str, QueryProgress] = {}
+
+    async def load(self) -> None:
+        kvs, _ = await self._etcd.get_prefix(self._prefix)
+        for kv in kvs:
+            try:
+                doc = json.loads(kv.value)
+                qid = kv.key[len(self._prefix) :]
+                self._queries[qid] = QueryProgress(
+                    qid,
+                    str(doc["stream"]),
+                    {str(k): int(v) for k, v in doc.get("offsets", {}).items()},
+                    int(doc.get("updated_ms", 0)),
+                    {str(k): int(v) for k, v in doc.get("abandoned", {}).items()},
+                )
+            except (ValueError, KeyError, TypeError):
+                logger.warning("unreadable query progress ignored", extra={"key": kv.key})
+
+    def get(self, query_id: str) -> QueryProgress | None:
+        return self._queries.get(query_id)
+
+    def all(self) -> list[QueryProgress]:
+        return [self._queries[q] for q in sorted(self._queries)]
+
+    def of_stream(self, stream: str) -> list[QueryProgress]:
+        return [q for q in self.all() if q.stream == stream]
+
+    async def commit(self, query_id: str, stream: str, end: Mapping[str, int]) -> QueryProgress:
+        q = self._queries.setdefault(query_id, QueryProgress(query_id, stream))
+        q.stream = stream
+        q.offsets = dict(end)
+        q.updated_ms = int(time.time() * 1000)
+        # An abandoned position matters until the split left the vector.
+        q.abandoned = {s: o for s, o in q.abandoned.items() if s in end}
+        await self._etcd.put(self._prefix + query_id, q.to_json())
+        return q
+
+    async def abandon(self, query_id: str, stream: str, split: str, from_offset: int) -> None:
+        q = self._queries.setdefault(query_id, QueryProgress(query_id, stream))
+        prev = q.abandoned.get(split)
+        if prev is not None and prev <= from_offset:
+            return
+        q.abandoned[split] = from_offset
+        await self._etcd.put(self._prefix + query_id, q.to_json())
+
+
+class Abandonments:
+    """Where abandoned ranges are accounted for, whoever gave them up (the
+    planner for a cluster already gone, an agent for one that went away while
+    it read): counted, logged in the history, remembered for the query."""
+
+    def __init__(self, queries: QueryStore, history: History, metrics: Metrics) -> None:
+        self._queries = queries
+        self._history = history
+        self._metrics = metrics
+
+    async def record(
+        self,
+        stream: str,
+        query_id: str,
+        split: str,
+        frm: int,
+        until: int,
+        why: str,
+        generation: int = 0,
+    ) -> None:
+        cid = SplitId.parse(split).cluster
+        self._metrics.abandoned.labels(stream, cid).inc()
+        self._metrics.abandoned_records.labels(stream, cid).inc(max(until - frm, 0))
+        self._history.record(
+            stream,
+            "abandoned",
+            cluster=cid,
+            detail=f"query {query_id}: {split} [{frm}, {until}) not read: {why}",
+            generation=generation,
+        )
+        await self._queries.abandon(query_id, stream, split, frm)

@@ -1,0 +1,206 @@
+"""Reconciliation: from a metadata change to reconcile events at every agent.
+
+For each applied change the reconciler brings partition discovery in line,
+works out which (stream, cluster) pairs changed in a way agents care about
+(connection fingerprint or state, or removal), and pushes one event carrying
+the change's generation to every subscribed agent. It measures how long it
+takes until every agent that was subscribed has applied it.
+
+It also completes work the document alone implies: a cluster set DRAINING
+directly in etcd gets its drain offsets captured here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from coordinator.discovery import Discovery
+from coordinator.history import History
+from coordinator.metadata import MetadataChange, MetadataStore, Rejection
+from coordinator.metrics import Metrics
+from coordinator.operations import ClusterOperations
+from coordinator.readers import Agent, ReaderRegistry
+from coordinator.stream_state import StreamView
+from multikafka.exceptions import MultikafkaError
+from multikafka.model import ClusterState
+from multikafka.v1 import reader_pb2
+
+logger = logging.getLogger(__name__)
+
+REMOVED = "REMOVED"
+
+
+@dataclass
+class _Pending:
+    observed: float
+    waiting: set[str]
+
+
+def desired_of(view: StreamView | None) -> dict[str, reader_pb2.ClusterDesired]:
+    """cluster -> desired sub-reader state, for one stream."""
+    if view is None:
+        return {}
+    return {
+        cid: reader_pb2.ClusterDesired(
+            stream=view.name,
+            cluster=cid,
+            fingerprint=c.connection(cid).fingerprint,
+            state=c.state.value,
+        )
+        for cid, c in view.spec.clusters.items()
+    }
+
+
+class Reconciler:
+    def __init__(
+        self,
+        store: MetadataStore,
+        discovery: Discovery,
+        registry: ReaderRegistry,
+        operations: ClusterOperations,
+        history: History,
+        metrics: Metrics,
+    ) -> None:
+        self._store = store
+        self._discovery = discovery
+        self._registry = registry
+        self._operations = operations
+        self._history = history
+        self._metrics = metrics
+        self._desired: dict[str, dict[str, reader_pb2.ClusterDesired]] = {}
+        self._pending: dict[int, _Pending] = {}
+        #: Recent reconcile latencies (seconds), for benchmarks and the admin API.
+        self.latencies: deque[float] = deque(maxlen=10_000)
+        self.generation = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        store.on_change(self.on_change)
+        store.on_rejection(self.on_rejection)
+        registry.on_applied(self.on_applied)
+        registry.on_expired.append(self.on_applied)
+
+    def snapshot(self) -> reader_pb2.ReconcileEvent:
+        """Every (stream, cluster)'s desired state, for a new subscription."""
+        clusters = [d for per in self._desired.values() for d in per.values()]
+        return reader_pb2.ReconcileEvent(
+            generation=self.generation,
+            snapshot=True,
+            clusters=clusters,
+            observed_ms=int(time.time() * 1000),
+        )
+
+    async def on_change(self, change: MetadataChange) -> None:
+        self.generation = max(self.generation, change.revision)
+        await self._discovery.sync(change.new, change.name)
+        old = self._desired.get(change.name, {})
+        new = desired_of(change.new)
+        changed = [d for cid, d in new.items() if old.get(cid) != d]
+        changed += [
+            reader_pb2.ClusterDesired(
+                stream=change.name, cluster=cid, fingerprint="", state=REMOVED
+            )
+            for cid in old
+            if cid not in new
+        ]
+        if new:
+            self._desired[change.name] = new
+        else:
+            self._desired.pop(change.name, None)
+        self._account(change, old, new)
+        if changed:
+            self._push(change.revision, changed)
+            summary = ", ".join(f"{d.cluster}: {_what(old.get(d.cluster), d)}" for d in changed)
+            self._history.record(
+                change.name, "reconcile", detail=summary, generation=change.revision
+            )
+        if change.new is not None:
+            self._capture_drains(change.new)
+
+    async def on_rejection(self, rejection: Rejection) -> None:
+        self._metrics.rejected.labels(rejection.name).inc()
+        self._history.record(
+            rejection.name,
+            "rejected",
+            detail=f"invalid document at revision {rejection.revision} ignored: {rejection.error}",
+            generation=rejection.revision,
+        )
+
+    def _push(self, generation: int, changed: list[reader_pb2.ClusterDesired]) -> None:
+        event = reader_pb2.ReconcileEvent(
+            generation=generation,
+            snapshot=False,
+            clusters=changed,
+            observed_ms=int(time.time() * 1000),
+        )
+        waiting = {
+            a.agent_id for a in self._registry.subscribed() if a.applied_generation < generation
+        }
+        self._registry.broadcast(event)
+        for cd in changed:
+            self._metrics.reconciles.labels(cd.stream).inc()
+        if waiting:
+            self._pending[generation] = _Pending(time.monotonic(), waiting)
+
+    def on_applied(self, agent: Agent) -> None:
+        """An agent applied a generation (or went away): settle what it owed."""
+        expired = self._registry.get(agent.agent_id) is None
+        for gen in sorted(self._pending):
+            if not expired and gen > agent.applied_generation:
+                break
+            pending = self._pending[gen]
+            pending.waiting.discard(agent.agent_id)
+            if not pending.waiting:
+                del self._pending[gen]
+                latency = time.monotonic() - pending.observed
+                self.latencies.append(latency)
+                self._metrics.reconcile_latency.observe(latency)
+
+    def _account(
+        self,
+        change: MetadataChange,
+        old: dict[str, reader_pb2.ClusterDesired],
+        new: dict[str, reader_pb2.ClusterDesired],
+    ) -> None:
+        if change.new is None:
+            self._metrics.forget_stream(change.name, list(old))
+            return
+        self._metrics.generation.labels(change.name).set(change.new.generation)
+        for cid in old:
+            if cid not in new:
+                self._metrics.forget_cluster(change.name, cid)
+        for cc in self._discovery.clients(change.name):
+            self._metrics.partitions.labels(change.name, cc.cluster).set(
+                sum(cc.partitions.values())
+            )
+
+    def _capture_drains(self, view: StreamView) -> None:
+        for cid, spec in view.spec.clusters.items():
+            if spec.state is ClusterState.DRAINING and cid not in view.status.drains:
+                task = asyncio.create_task(self._capture(view.name, cid))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    async def _capture(self, stream: str, cluster: str) -> None:
+        try:
+            await self._operations.drain(stream, cluster)
+        except MultikafkaError as exc:
+            logger.warning(
+                "cannot capture drain offsets yet; the cluster is not read meanwhile",
+                extra={"stream": stream, "cluster": cluster, "error": str(exc)},
+            )
+
+
+def _what(old: reader_pb2.ClusterDesired | None, new: reader_pb2.ClusterDesired) -> str:
+    if new.state == REMOVED:
+        return "removed"
+    if old is None:
+        return f"added ({new.state})"
+    parts = []
+    if old.fingerprint != new.fingerprint:
+        parts.append("connection changed")
+    if old.state != new.state:
+        parts.append(f"{old.state} -> {new.state}")
+    return ", ".join(parts) or "unchanged"

@@ -1,0 +1,142 @@
+"""Periodic checks that act without being asked:
+
+* automatic failover: a stream with ``auto_failover`` whose ACTIVE cluster has
+  been unreachable for the configured window fails over to its standby, and
+  the history says why;
+* drains: a DRAINING cluster whose end offsets could not be captured yet is
+  tried again, and once every query of the stream has read a drained cluster
+  to its end, the history records that the cluster can be removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from coordinator.discovery import Discovery
+from coordinator.history import History
+from coordinator.metadata import MetadataStore
+from coordinator.operations import ClusterOperations
+from coordinator.queries import QueryStore
+from coordinator.stream_state import StreamView
+from multikafka.exceptions import MultikafkaError
+from multikafka.model import ClusterState
+
+logger = logging.getLogger(__name__)
+
+#: Queries that committed within this many seconds count as running.
+ACTIVE_QUERY_S = 3600
+
+
+class Supervisor:
+    def __init__(
+        self,
+        store: MetadataStore,
+        discovery: Discovery,
+        operations: ClusterOperations,
+        queries: QueryStore,
+        history: History,
+        *,
+        interval_s: float = 1.0,
+    ) -> None:
+        self._store = store
+        self._discovery = discovery
+        self._ops = operations
+        self._queries = queries
+        self._history = history
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._drained: set[tuple[str, str, int]] = set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="supervisor")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            for view in self._store.views():
+                try:
+                    await self.check(view)
+                except MultikafkaError as exc:
+                    logger.warning(
+                        "supervisor check failed", extra={"stream": view.name, "error": str(exc)}
+                    )
+
+    async def check(self, view: StreamView) -> None:
+        await self._auto_failover(view)
+        for cid, spec in view.spec.clusters.items():
+            if spec.state is not ClusterState.DRAINING:
+                continue
+            if cid not in view.status.drains:
+                await self._ops.drain(view.name, cid)
+            else:
+                self._drain_progress(view, cid)
+
+    async def _auto_failover(self, view: StreamView) -> None:
+        auto = view.spec.auto_failover
+        if auto is None:
+            return
+        standby = view.spec.clusters.get(auto.standby)
+        if standby is None or standby.state is not ClusterState.STANDBY:
+            return
+        for cid, spec in view.spec.clusters.items():
+            if spec.state is not ClusterState.ACTIVE:
+                continue
+            cc = self._discovery.client(view.name, cid)
+            if cc is None:
+                continue
+            if cc.health.reachable:
+                # Probe idle clusters too: nobody else may be asking them.
+                await self._discovery.discover(cc)
+            since = cc.health.unreachable_since
+            if cc.health.reachable or since is None:
+                continue
+            down_ms = (time.monotonic() - since) * 1000
+            if down_ms < auto.unreachable_after_ms:
+                # Keep probing so recovery (or a longer outage) is noticed.
+                await self._discovery.discover(cc, force=True)
+                continue
+            reason = (
+                f"{cid} unreachable for {down_ms / 1000:.1f}s (window {auto.unreachable_after_ms / 1000:.1f}s): "
+                f"{cc.health.error}"
+            )
+            logger.warning(
+                "automatic failover", extra={"stream": view.name, "cluster": cid, "reason": reason}
+            )
+            await self._ops.failover(
+                view.name,
+                cid,
+                auto.standby,
+                strategy=auto.strategy,
+                margin_ms=auto.margin_ms,
+                reason=reason,
+                automatic=True,
+            )
+            return
+
+    def _drain_progress(self, view: StreamView, cluster: str) -> None:
+        key = (view.name, cluster, view.spec_revision)
+        if key in self._drained:
+            return
+        ends = view.status.drains[cluster]
+        horizon_ms = (time.time() - ACTIVE_QUERY_S) * 1000
+        queries = [q for q in self._queries.of_stream(view.name) if q.updated_ms >= horizon_ms]
+        if not queries:
+            return
+        for q in queries:
+            if any(q.offsets.get(split, end) < end for split, end in ends.items()):
+                return
+        self._drained.add(key)
+        self._history.record(
+            view.name,
+            "drain-complete",
+            cluster=cluster,
+            detail=f"every query ({len(queries)}) read {cluster} to its drain offsets; it can be removed",
+            generation=view.generation,
+        )

@@ -1,0 +1,25 @@
+"""The ``multikafka`` command line."""
+
+from __future__ import annotations
+
+import click
+
+from multikafka.cli.admin_cmd import admin_group
+from multikafka.cli.coordinator_cmd import coordinator_command
+from multikafka.cli.dev_cmd import demo_command, dev_group
+from multikafka.cli.logs import configure
+
+
+@click.group()
+@click.option("--log-level", default=None, help="DEBUG, INFO (default), WARNING")
+def main(log_level: str | None) -> None:
+    """multikafka: read one logical Kafka stream from many clusters with Spark."""
+    configure(log_level)
+
+
+main.add_command(coordinator_command)
+main.add_command(admin_group)
+main.add_command(dev_group)
+main.add_command(demo_command)
+
+__all__ = ["main"]

@@ -1,0 +1,107 @@
+"""Test data on real brokers: topics, sequence-numbered records, fences.
+
+Records are keyed ``"<label>:<seq>"`` so a reader can check that every
+sequence number arrived exactly once. Volume is produced in batches; each
+partition then gets one single-record *fence* (key ``__fence__``), which makes
+tansu's high watermark right for everything before it (see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+FENCE_KEY = b"__fence__"
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0) -> None:
+    """Create ``{topic: partitions}`` (topics that exist already are fine)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(t, n, 1) for t, n in topics.items()], request_timeout=timeout_s
+    )
+    for topic, fut in futures.items():
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+        _wait_topic(admin, topic, topics[topic], timeout_s)
+
+
+def _wait_topic(admin: AdminClient, topic: str, partitions: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        meta = admin.list_topics(timeout=timeout_s).topics.get(topic)
+        if meta is not None and meta.error is None and len(meta.partitions) >= partitions:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"topic {topic} did not appear with {partitions} partitions")
+
+
+class SequenceProducer:
+    """Produces ``"<label>:<seq>"`` records round-robin over partitions."""
+
+    def __init__(self, bootstrap: str, *, batched: bool = True, value_size: int = 64) -> None:
+        config: dict[str, str | int] = {"bootstrap.servers": bootstrap, "linger.ms": 5}
+        if batched:
+            config.update({"batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000})
+        else:
+            config["batch.num.messages"] = 1
+        self._producer = Producer(config)
+        self._pad = b"x" * max(value_size - 16, 0)
+
+    def produce(
+        self,
+        topic: str,
+        partitions: int,
+        label: str,
+        seqs: Iterable[int],
+        *,
+        timestamp_ms: int | None = None,
+        headers: bool = False,
+    ) -> int:
+        n = 0
+        for seq in seqs:
+            key = f"{label}:{seq}".encode()
+            kwargs: dict[str, object] = {"partition": seq % partitions}
+            if timestamp_ms is not None:
+                kwargs["timestamp"] = timestamp_ms
+            if headers:
+                kwargs["headers"] = [("seq", str(seq).encode())]
+            while True:
+                try:
+                    self._producer.produce(topic, key=key, value=b"%d|" % seq + self._pad, **kwargs)  # type: ignore[arg-type]
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            n += 1
+        self._producer.poll(0)
+        return n
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        left = self._producer.flush(timeout_s)
+        if left:
+            raise TimeoutError(f"{left} records not delivered in {timeout_s}s")
+
+
+def fence(bootstrap: str, topic: str, partitions: int) -> None:
+    """One single-record batch per partition (makes tansu's watermarks exact)."""
+    producer = SequenceProducer(bootstrap, batched=False)
+    for p in range(partitions):
+        producer._producer.produce(topic, key=FENCE_KEY, value=b"", partition=p)
+    producer.flush()
+
+
+def produce_sequence(
+    bootstrap: str, topic: str, partitions: int, label: str, seqs: Iterable[int]
+) -> int:
+    """Produce records ``label:seq`` in batches, then fence every partition."""
+    producer = SequenceProducer(bootstrap)
+    n = producer.produce(topic, partitions, label, seqs)
+    producer.flush()
+    fence(bootstrap, topic, partitions)
+    return n

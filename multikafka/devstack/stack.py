@@ -1,0 +1,69 @@
+"""A whole local stack: etcd, N one-broker clusters, a coordinator."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from multikafka.devstack.processes import CoordinatorThread, EtcdServer, TansuBroker, temp_work_dir
+
+
+@dataclass
+class LocalStack:
+    work_dir: Path
+    etcd: EtcdServer
+    clusters: dict[str, TansuBroker] = field(default_factory=dict)
+    coordinator: CoordinatorThread | None = None
+
+    @property
+    def coordinator_address(self) -> str:
+        if self.coordinator is None:
+            raise RuntimeError("the stack has no coordinator")
+        return self.coordinator.address
+
+    def add_cluster(self, name: str, *, port: int = 0) -> TansuBroker:
+        broker = TansuBroker(self.work_dir, name, port=port).start()
+        self.clusters[name] = broker
+        return broker
+
+    def start_coordinator(
+        self, *, listen: str = "127.0.0.1:0", **config: object
+    ) -> CoordinatorThread:
+        from coordinator import CoordinatorConfig, EtcdEndpoint
+
+        cfg = CoordinatorConfig(etcd=EtcdEndpoint.parse(self.etcd.url), listen=listen, **config)  # type: ignore[arg-type]
+        self.coordinator = CoordinatorThread(cfg).start()
+        return self.coordinator
+
+    def stop(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop()
+        for broker in self.clusters.values():
+            broker.stop()
+        self.etcd.stop()
+
+
+@contextlib.contextmanager
+def local_stack(
+    clusters: Sequence[str] = ("east", "west"),
+    *,
+    work_dir: Path | None = None,
+    etcd_port: int = 0,
+    coordinator_listen: str | None = "127.0.0.1:0",
+    **coordinator_config: object,
+) -> Iterator[LocalStack]:
+    """Start etcd, one tansu broker per name in ``clusters`` and (unless
+    ``coordinator_listen`` is None) a coordinator; stop them all on exit."""
+    wd = work_dir or temp_work_dir()
+    stack = LocalStack(wd, EtcdServer(wd, port=etcd_port))
+    try:
+        stack.etcd.start()
+        for name in clusters:
+            stack.add_cluster(name)
+        if coordinator_listen is not None:
+            stack.start_coordinator(listen=coordinator_listen, **coordinator_config)
+        yield stack
+    finally:
+        stack.stop()

@@ -1,0 +1,292 @@
+"""The reader agent: one per process (a Spark Python worker, or standalone).
+
+It owns one sub-reader per (stream, cluster), reads the exact ranges of a task
+through them, and keeps them in line with the coordinator's reconcile events:
+a cluster whose connection changed gets its sub-reader restarted, a removed,
+failed or standby cluster gets it closed and its counters dropped, and only
+those; the others keep their consumers. Sub-readers idle for longer than the
+idle timeout are closed too (Spark has no executor-close hook).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from itertools import groupby
+
+import pyarrow as pa
+
+from multikafka.providers import ReadOutcome, TopicPartitionRange
+from multikafka.v1 import reader_pb2
+from reader_agent.arrow import record_batch
+from reader_agent.link import CoordinatorLink
+from reader_agent.subreader import RangeReaderFactory, SubReader, SubReaderStats, kafka_reader
+from reader_agent.task import RangeSpec, ReadTask
+
+logger = logging.getLogger(__name__)
+
+#: Cluster states in which an agent keeps no sub-reader.
+_NOT_READ = {"FAILED", "STANDBY", "REMOVED"}
+
+Key = tuple[str, str]
+
+
+class ReaderAgent:
+    def __init__(
+        self,
+        *,
+        agent_id: str | None = None,
+        factory: RangeReaderFactory = kafka_reader,
+        idle_timeout_s: float = 120.0,
+        heartbeat_interval_s: float = 2.0,
+    ) -> None:
+        self.agent_id = agent_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._factory = factory
+        self.idle_timeout_s = idle_timeout_s
+        self._heartbeat_s = heartbeat_interval_s
+        self._lock = threading.RLock()
+        self._subs: dict[Key, SubReader] = {}
+        self._stats: dict[Key, SubReaderStats] = {}
+        #: (stream, cluster) -> desired state from the coordinator's events.
+        self._desired: dict[Key, reader_pb2.ClusterDesired] = {}
+        self.applied_generation = 0
+        self._links: dict[str, CoordinatorLink] = {}
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(
+            target=self._reap_loop, name="multikafka-idle-reaper", daemon=True
+        )
+        self._reaper.start()
+        self.pid = os.getpid()
+
+    # -- reading -------------------------------------------------------------
+
+    def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
+        """Read every range of ``task``; yield Arrow batches. Reports the last
+        record read per split (and any abandoned range) to the coordinator."""
+        link = self.connect(task.coordinator) if task.coordinator else None
+        report = reader_pb2.ReportReadsRequest(stream=task.stream, query_id=task.query_id)
+        if task.generation > self.applied_generation:
+            logger.debug(
+                "task planned at a newer generation; checking connections",
+                extra={"generation": task.generation},
+            )
+        ranges = sorted(task.ranges, key=lambda r: r.cluster)
+        try:
+            for cluster, group in groupby(ranges, key=lambda r: r.cluster):
+                yield from self._read_cluster(task, cluster, list(group), report)
+        finally:
+            if link is not None and (report.marks or report.abandoned):
+                link.report(report)
+
+    def _read_cluster(
+        self,
+        task: ReadTask,
+        cluster: str,
+        ranges: list[RangeSpec],
+        report: reader_pb2.ReportReadsRequest,
+    ) -> Iterator[pa.RecordBatch]:
+        key = (task.stream, cluster)
+        sub = self._acquire(key, task)
+        outcome = ReadOutcome()
+        try:
+            for round_ in _rounds(ranges):
+                for cols in sub.reader.read(
+                    [TopicPartitionRange(r.topic, r.partition, r.start, r.until) for r in round_],
+                    outcome,
+                    include_headers=task.include_headers,
+                    fail_on_data_loss=task.fail_on_data_loss,
+                    should_abandon=lambda: self._gone(key),
+                ):
+                    yield record_batch(cols, cluster, include_headers=task.include_headers)
+        finally:
+            self._release(sub)
+            with self._lock:
+                stats = self._stats.setdefault(key, SubReaderStats())
+                stats.records_read += outcome.records
+                stats.abandoned_ranges += len(outcome.abandoned)
+                stats.splits = {r.split for r in ranges}
+            for (topic, partition), (offset, ts) in outcome.last.items():
+                report.marks.add(
+                    split=f"{cluster}/{topic}/{partition}", last_offset=offset, last_timestamp_ms=ts
+                )
+            for r in outcome.abandoned:
+                report.abandoned.add(
+                    split=f"{cluster}/{r.topic}/{r.partition}",
+                    from_offset=r.start,
+                    until_offset=r.until,
+                )
+
+    def _gone(self, key: Key) -> bool:
+        desired = self._desired.get(key)
+        return desired is not None and desired.state in _NOT_READ
+
+    def _acquire(self, key: Key, task: ReadTask) -> SubReader:
+        conn = task.clusters[key[1]]
+        with self._lock:
+            sub = self._subs.get(key)
+            if sub is not None and sub.fingerprint != conn.fingerprint:
+                # The task carries newer connection settings than this
+                # sub-reader (pull side of reconcile): restart it.
+                self._retire(sub, restart=True)
+                sub = None
+            if sub is None:
+                sub = SubReader(key[0], conn, self._factory)
+                self._subs[key] = sub
+                self._stats.setdefault(key, SubReaderStats())
+            sub.in_use += 1
+            return sub
+
+    def _release(self, sub: SubReader) -> None:
+        with self._lock:
+            sub.in_use -= 1
+            sub.last_used = time.monotonic()
+            if sub.close_pending and sub.in_use == 0:
+                sub.close()
+
+    def _retire(self, sub: SubReader, *, restart: bool = False) -> None:
+        """Take ``sub`` out of service (caller holds the lock): close it now, or
+        when its last task releases it."""
+        if self._subs.get(sub.key) is sub:
+            del self._subs[sub.key]
+        if restart:
+            self._stats.setdefault(sub.key, SubReaderStats()).restarts += 1
+        if sub.in_use:
+            sub.close_pending = True
+        else:
+            sub.close()
+
+    # -- reconcile -----------------------------------------------------------
+
+    def apply(self, event: reader_pb2.ReconcileEvent) -> None:
+        """Apply a reconcile event: restart only the sub-readers whose cluster
+        connection changed, close those of clusters no longer read."""
+        with self._lock:
+            if event.snapshot:
+                known = {(d.stream, d.cluster) for d in event.clusters}
+                for key in [k for k in self._desired if k not in known]:
+                    self._apply_one(
+                        reader_pb2.ClusterDesired(stream=key[0], cluster=key[1], state="REMOVED")
+                    )
+            for desired in event.clusters:
+                self._apply_one(desired)
+            self.applied_generation = max(self.applied_generation, event.generation)
+
+    def _apply_one(self, desired: reader_pb2.ClusterDesired) -> None:
+        key = (desired.stream, desired.cluster)
+        sub = self._subs.get(key)
+        if desired.state == "REMOVED":
+            self._desired.pop(key, None)
+            self._stats.pop(key, None)
+            if sub is not None:
+                self._retire(sub)
+            return
+        self._desired[key] = desired
+        if sub is None:
+            return
+        if desired.state in _NOT_READ:
+            self._retire(sub)
+        elif sub.fingerprint != desired.fingerprint:
+            self._retire(sub, restart=True)
+
+    def stats(self) -> tuple[int, list[reader_pb2.SubReaderStats]]:
+        with self._lock:
+            return self.applied_generation, [
+                reader_pb2.SubReaderStats(
+                    stream=s,
+                    cluster=c,
+                    records_read=st.records_read,
+                    restarts=st.restarts,
+                    abandoned_ranges=st.abandoned_ranges,
+                    splits=sorted(st.splits),
+                )
+                for (s, c), st in sorted(self._stats.items())
+            ]
+
+    # -- coordinator link ----------------------------------------------------
+
+    def connect(self, address: str) -> CoordinatorLink:
+        """Register with the coordinator at ``address`` (once) and subscribe."""
+        with self._lock:
+            link = self._links.get(address)
+            if link is None:
+                link = CoordinatorLink(
+                    address,
+                    self.agent_id,
+                    self.apply,
+                    self.stats,
+                    heartbeat_interval_s=self._heartbeat_s,
+                )
+                self._links[address] = link
+                link.start()
+            return link
+
+    # -- lifecycle -----------------------------------------------------------
+
+    def sub_readers(self) -> list[Key]:
+        with self._lock:
+            return sorted(self._subs)
+
+    def tracked(self) -> list[Key]:
+        """Every (stream, cluster) the agent keeps anything for."""
+        with self._lock:
+            return sorted(set(self._subs) | set(self._stats) | set(self._desired))
+
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(max(min(self.idle_timeout_s / 4, 5.0), 0.05)):
+            self.reap_idle()
+
+    def reap_idle(self) -> int:
+        """Close sub-readers idle for longer than the idle timeout."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                s
+                for s in self._subs.values()
+                if s.in_use == 0 and now - s.last_used > self.idle_timeout_s
+            ]
+            for sub in idle:
+                self._retire(sub)
+        return len(idle)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            for sub in list(self._subs.values()):
+                self._retire(sub)
+            links = list(self._links.values())
+            self._links.clear()
+        for link in links:
+            link.close()
+        self._reaper.join(5)
+
+
+def _rounds(ranges: list[RangeSpec]) -> Iterator[list[RangeSpec]]:
+    """Ranges in rounds with each partition at most once per round (a task may
+    hold two pieces of one split)."""
+    todo = sorted(ranges, key=lambda r: (r.topic, r.partition, r.start))
+    while todo:
+        seen: set[tuple[str, int]] = set()
+        this: list[RangeSpec] = []
+        rest: list[RangeSpec] = []
+        for r in todo:
+            (rest if (r.topic, r.partition) in seen else this).append(r)
+            seen.add((r.topic, r.partition))
+        yield this
+        todo = rest
+
+
+_agent: ReaderAgent | None = None
+_agent_lock = threading.Lock()
+
+
+def get_agent() -> ReaderAgent:
+    """The process-wide agent (created on first use; a forked child gets its own)."""
+    global _agent
+    with _agent_lock:
+        if _agent is None or _agent.pid != os.getpid():
+            _agent = ReaderAgent()
+        return _agent

@@ -1,0 +1,62 @@
+"""A sub-reader: the agent's reader of one cluster of one stream (one consumer).
+
+It is created on first use, reused across micro-batches, restarted when the
+cluster's connection settings change, and closed when the cluster is removed,
+failed or left idle. A close requested while a task uses it happens when the
+task releases it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from multikafka.model import Connection
+from multikafka.providers import RangeReader
+from multikafka.providers.kafka import KafkaRangeReader
+
+logger = logging.getLogger(__name__)
+
+RangeReaderFactory = Callable[[Connection], RangeReader]
+
+
+def kafka_reader(connection: Connection) -> RangeReader:
+    return KafkaRangeReader(connection, client_id=f"multikafka-agent-{connection.cluster}")
+
+
+@dataclass
+class SubReaderStats:
+    """Counters of one (stream, cluster); they outlive restarts of its
+    sub-reader and are dropped with the cluster."""
+
+    records_read: int = 0
+    restarts: int = 0
+    abandoned_ranges: int = 0
+    #: Splits read most recently.
+    splits: set[str] = field(default_factory=set)
+
+
+class SubReader:
+    def __init__(self, stream: str, connection: Connection, factory: RangeReaderFactory) -> None:
+        self.stream = stream
+        self.cluster = connection.cluster
+        self.fingerprint = connection.fingerprint
+        self.reader = factory(connection)
+        self.in_use = 0
+        self.last_used = time.monotonic()
+        self.close_pending = False
+        self.closed = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.stream, self.cluster)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.reader.close()
+            logger.debug(
+                "sub-reader closed", extra={"stream": self.stream, "cluster": self.cluster}
+            )

@@ -1,0 +1,42 @@
+"""What one Spark task asks an agent to read: plain, picklable data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from multikafka.model import Connection
+
+
+@dataclass(frozen=True)
+class RangeSpec:
+    """``[start, until)`` of ``cluster/topic/partition``."""
+
+    cluster: str
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+    @property
+    def split(self) -> str:
+        return f"{self.cluster}/{self.topic}/{self.partition}"
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    #: Coordinator ``host:port`` the agent registers with and reports to.
+    coordinator: str
+    stream: str
+    query_id: str
+    #: Metadata generation the task was planned at.
+    generation: int
+    ranges: tuple[RangeSpec, ...]
+    #: cluster -> how to reach it (properties hold secrets: never logged).
+    clusters: Mapping[str, Connection] = field(repr=False)
+    include_headers: bool = False
+    fail_on_data_loss: bool = True
+
+    def __repr__(self) -> str:
+        ranges = ", ".join(f"{r.split}[{r.start},{r.until})" for r in self.ranges)
+        return f"ReadTask(stream={self.stream!r}, query={self.query_id!r}, generation={self.generation}, ranges=[{ranges}])"

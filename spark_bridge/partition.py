@@ -1,0 +1,57 @@
+"""Spark input partitions: everything a task needs to read, picklable, and
+with secrets out of ``repr`` (Spark prints partitions in logs and the UI)."""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import InputPartition
+
+from multikafka._secrets import Properties
+from multikafka.model import Connection
+from multikafka.v1 import planner_pb2
+from reader_agent.task import RangeSpec, ReadTask
+
+
+class MultiKafkaPartition(InputPartition):
+    def __init__(self, task: ReadTask) -> None:
+        super().__init__(None)
+        self.task = task
+
+    def __repr__(self) -> str:
+        return f"MultiKafkaPartition({self.task!r})"
+
+
+def partitions_from_plan(
+    plan: planner_pb2.PlanPartitionsResponse,
+    *,
+    coordinator: str,
+    stream: str,
+    query_id: str,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+) -> list[MultiKafkaPartition]:
+    clusters = {
+        c.cluster: Connection(c.cluster, c.bootstrap_servers, Properties(dict(c.properties)))
+        for c in plan.clusters
+    }
+    out = []
+    for task in plan.tasks:
+        ranges = tuple(
+            RangeSpec(r.cluster, r.topic, r.partition, r.from_offset, r.until_offset)
+            for r in task.ranges
+        )
+        used = {r.cluster for r in ranges}
+        out.append(
+            MultiKafkaPartition(
+                ReadTask(
+                    coordinator=coordinator,
+                    stream=stream,
+                    query_id=query_id,
+                    generation=plan.generation,
+                    ranges=ranges,
+                    clusters={c: clusters[c] for c in sorted(used)},
+                    include_headers=include_headers,
+                    fail_on_data_loss=fail_on_data_loss,
+                )
+            )
+        )
+    return out
