@@ -1,11 +1,13 @@
 """Partition discovery and offsets, per cluster of every stream.
 
-One :class:`ClusterClient` per (stream, cluster) wraps a provider metadata
-client. Partition counts are re-discovered in the background and on every
-metadata change; offsets are asked fresh when a batch is planned. A cluster
-that fails a request is *unreachable*: for a short backoff it is not asked
-again (planning skips it, so it never stalls the other clusters), and the time
-it became unreachable drives automatic failover.
+One :class:`ClusterClient` per (stream, cluster); clusters with the same
+connection settings (several streams on one physical cluster) share one
+provider metadata client and one reachability record. Partition counts are
+re-discovered in the background (one request per physical cluster) and on
+every metadata change; offsets are asked fresh when a batch is planned. A
+cluster that fails a request is *unreachable*: for a short backoff it is not
+asked again (planning skips it, so it never stalls the other clusters), and
+the time it became unreachable drives automatic failover.
 """
 
 from __future__ import annotations
@@ -44,15 +46,32 @@ class Health:
 
 
 @dataclass
+class SharedClient:
+    """One metadata client per distinct connection, shared by every
+    (stream, cluster) that uses it."""
+
+    client: MetadataClient
+    health: Health = field(default_factory=Health)
+    users: int = 0
+
+
+@dataclass
 class ClusterClient:
     stream: str
     cluster: str
     spec: ClusterSpec
-    client: MetadataClient
-    health: Health = field(default_factory=Health)
+    shared: SharedClient
     #: topic -> partition count (never decreases while the client lives).
     partitions: dict[str, int] = field(default_factory=dict)
     discovered: bool = False
+
+    @property
+    def client(self) -> MetadataClient:
+        return self.shared.client
+
+    @property
+    def health(self) -> Health:
+        return self.shared.health
 
     @property
     def fingerprint(self) -> str:
@@ -82,6 +101,7 @@ class Discovery:
         self._factory = client_factory
         self._on_shrink = on_shrink
         self._clients: dict[tuple[str, str], ClusterClient] = {}
+        self._shared: dict[str, SharedClient] = {}
         self._task: asyncio.Task[None] | None = None
 
     # -- clients -------------------------------------------------------------
@@ -104,23 +124,42 @@ class Discovery:
             spec = wanted.get(cid)
             if spec is None or spec.connection(cid).fingerprint != cc.fingerprint:
                 del self._clients[(stream, cid)]
-                await self._run(cc.client.close)
+                await self._release(cc)
             elif spec != cc.spec:
                 cc.spec = spec  # same connection; topics or state changed
                 fresh.append(cc)
         for cid, spec in wanted.items():
             if (name, cid) not in self._clients:
-                client = await self._run(self._factory, spec.connection(cid))
-                cc = self._clients[(name, cid)] = ClusterClient(name, cid, spec, client)
+                shared = await self._acquire(spec.connection(cid))
+                cc = self._clients[(name, cid)] = ClusterClient(name, cid, spec, shared)
                 fresh.append(cc)
         await asyncio.gather(*(self.discover(cc) for cc in fresh))
+
+    async def _acquire(self, connection: Connection) -> SharedClient:
+        shared = self._shared.get(connection.fingerprint)
+        if shared is None:
+            client = await self._run(self._factory, connection)
+            shared = self._shared[connection.fingerprint] = SharedClient(client)
+        shared.users += 1
+        return shared
+
+    async def _release(self, cc: ClusterClient) -> None:
+        cc.shared.users -= 1
+        if cc.shared.users == 0:
+            self._shared.pop(cc.fingerprint, None)
+            await self._run(cc.shared.client.close)
+
+    def client_count(self) -> int:
+        """Distinct metadata clients open (one per physical connection)."""
+        return len(self._shared)
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        for cc in self._clients.values():
-            await self._run(cc.client.close)
+        for shared in self._shared.values():
+            await self._run(shared.client.close)
+        self._shared.clear()
         self._clients.clear()
 
     # -- discovery -----------------------------------------------------------
@@ -131,7 +170,26 @@ class Discovery:
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self._config.discovery_interval_s)
-            await asyncio.gather(*(self.discover(cc) for cc in list(self._clients.values())))
+            await self.discover_all()
+
+    async def discover_all(self) -> None:
+        """Refresh every cluster: one metadata request per physical cluster."""
+        by_client: dict[int, list[ClusterClient]] = {}
+        for cc in list(self._clients.values()):
+            by_client.setdefault(id(cc.shared), []).append(cc)
+        await asyncio.gather(*(self._discover_group(group) for group in by_client.values()))
+
+    async def _discover_group(self, group: list[ClusterClient]) -> None:
+        topics = sorted({t for cc in group for t in cc.spec.topics})
+        lead = group[0]
+        try:
+            counts = await self.call(
+                lead, lambda: lead.client.partition_counts(topics, self._config.cluster_timeout_s)
+            )
+        except UnavailableError:
+            return
+        for cc in group:
+            self._update(cc, counts)
 
     async def discover(self, cc: ClusterClient, *, force: bool = False) -> bool:
         """Refresh the partition counts of ``cc``; False if it is unreachable."""
@@ -143,7 +201,14 @@ class Discovery:
             )
         except UnavailableError:
             return False
-        for topic, n in counts.items():
+        self._update(cc, counts)
+        return True
+
+    def _update(self, cc: ClusterClient, counts: dict[str, int]) -> None:
+        for topic in cc.spec.topics:
+            n = counts.get(topic)
+            if n is None:
+                continue
             known = cc.partitions.get(topic, 0)
             if n < known:
                 logger.error(
@@ -163,7 +228,6 @@ class Discovery:
         for topic in [t for t in cc.partitions if t not in cc.spec.topics]:
             del cc.partitions[topic]
         cc.discovered = True
-        return True
 
     async def offsets(
         self, cc: ClusterClient, partitions: Sequence[tuple[str, int]], query: OffsetQuery
@@ -196,7 +260,7 @@ class Discovery:
             logger.info(
                 "cluster reachable again", extra={"stream": cc.stream, "cluster": cc.cluster}
             )
-        cc.health = Health()
+        cc.shared.health = Health()
         return result
 
     async def _run(self, fn: Callable[..., T], *args: object) -> T:

@@ -93,6 +93,9 @@ class Reconciler:
         )
 
     async def on_change(self, change: MetadataChange) -> None:
+        """Every applied change becomes one event (agents track the generation
+        even when nothing they hold changed); its entries are the clusters
+        whose connection or state changed, or that were removed."""
         self.generation = max(self.generation, change.revision)
         await self._discovery.sync(change.new, change.name)
         old = self._desired.get(change.name, {})
@@ -110,9 +113,9 @@ class Reconciler:
         else:
             self._desired.pop(change.name, None)
         self._account(change, old, new)
-        if changed:
-            self._push(change.revision, changed)
-            summary = ", ".join(f"{d.cluster}: {_what(old.get(d.cluster), d)}" for d in changed)
+        self._push(change.revision, changed)
+        summary = describe(change)
+        if summary:
             self._history.record(
                 change.name, "reconcile", detail=summary, generation=change.revision
             )
@@ -193,14 +196,35 @@ class Reconciler:
             )
 
 
-def _what(old: reader_pb2.ClusterDesired | None, new: reader_pb2.ClusterDesired) -> str:
-    if new.state == REMOVED:
-        return "removed"
-    if old is None:
-        return f"added ({new.state})"
+def describe(change: MetadataChange) -> str:
+    """What a document change did, per cluster (empty for status-only changes)."""
+    old = change.old.spec if change.old is not None else None
+    new = change.new.spec if change.new is not None else None
+    if old == new:
+        return ""
+    if new is None:
+        return "stream deleted"
     parts = []
-    if old.fingerprint != new.fingerprint:
-        parts.append("connection changed")
-    if old.state != new.state:
-        parts.append(f"{old.state} -> {new.state}")
-    return ", ".join(parts) or "unchanged"
+    old_clusters = old.clusters if old is not None else {}
+    for cid, c in sorted(new.clusters.items()):
+        before = old_clusters.get(cid)
+        if before is None:
+            parts.append(f"{cid}: added ({c.state.value}, topics {', '.join(c.topics)})")
+            continue
+        what = []
+        if before.connection(cid).fingerprint != c.connection(cid).fingerprint:
+            what.append("connection changed")
+        if before.state is not c.state:
+            what.append(f"{before.state.value} -> {c.state.value}")
+        added = [t for t in c.topics if t not in before.topics]
+        removed = [t for t in before.topics if t not in c.topics]
+        if added:
+            what.append(f"topics +{', +'.join(added)}")
+        if removed:
+            what.append(f"topics -{', -'.join(removed)}")
+        if what:
+            parts.append(f"{cid}: {'; '.join(what)}")
+    parts += [f"{cid}: removed" for cid in sorted(old_clusters) if cid not in new.clusters]
+    if old is not None and old.auto_failover != new.auto_failover:
+        parts.append("auto_failover changed")
+    return ", ".join(parts) or "no cluster changed"

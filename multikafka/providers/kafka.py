@@ -133,6 +133,12 @@ class KafkaMetadataClient:
                 # timestamp -1; the caller resolves it to the end offset.
                 if by_time and (info.offset < 0 or info.timestamp < 0):
                     continue
+                if info.offset < 0:
+                    # librdkafka answers OFFSET_INVALID (-1001) when it could
+                    # not ask the partition leader: no answer, not an offset.
+                    raise UnavailableError(
+                        f"cluster {self._connection.cluster}: no offset for {tp.topic}/{tp.partition} ({info.offset})"
+                    )
                 out[(tp.topic, tp.partition)] = info.offset
             return out
         except (KafkaException, TimeoutError) as exc:

@@ -1,0 +1,187 @@
+"""Shared fixtures.
+
+Unit tests use none of the process fixtures. Integration and e2e tests get
+real etcd and real Kafka-protocol brokers (tansu) started here on free
+loopback ports, or external ones from the environment:
+
+* ``MULTIKAFKA_TEST_ETCD=http://host:2379``
+* ``MULTIKAFKA_TEST_KAFKA_CLUSTERS="host1:9092;host2:9092"`` (one bootstrap
+  list per cluster). Tests that must pause, kill or restart a broker start
+  their own and are skipped against external clusters.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Tests host a coordinator (gRPC threads) and launch Spark's JVM in one
+# process; gRPC's fork handlers must stay out of that fork. Set before any
+# import of grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+import itertools
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from multikafka import env
+from multikafka.devstack import CoordinatorThread, EtcdServer, TansuBroker
+from tests.helpers import eventually  # noqa: F401 - re-exported for tests
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from coordinator import CoordinatorConfig
+    from multikafka.admin_client import AdminClient
+
+
+def uid(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stack")
+
+
+@pytest.fixture(scope="session")
+def etcd_url(session_dir: Path) -> Iterator[str]:
+    external = env.get(env.TEST_ETCD)
+    if external:
+        yield external
+        return
+    server = EtcdServer(session_dir).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@dataclass
+class Cluster:
+    name: str
+    bootstrap: str
+    broker: TansuBroker | None = None
+
+    def require_process(self) -> TansuBroker:
+        if self.broker is None:
+            pytest.skip("needs a broker this test can pause or kill (external clusters given)")
+        return self.broker
+
+
+class KafkaClusters:
+    """Session clusters shared by tests, and private ones a test may break."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self._work_dir = work_dir
+        external = env.get(env.TEST_KAFKA_CLUSTERS)
+        self._external = [c.strip() for c in external.split(";") if c.strip()] if external else []
+        self._shared: list[Cluster] = []
+        self._private: list[TansuBroker] = []
+        self._seq = itertools.count()
+
+    def shared(self, n: int) -> list[Cluster]:
+        """``n`` clusters kept for the whole session (tests use unique topics)."""
+        while len(self._shared) < n:
+            i = len(self._shared)
+            if self._external:
+                if i >= len(self._external):
+                    pytest.skip(
+                        f"needs {n} clusters; {env.TEST_KAFKA_CLUSTERS} names {len(self._external)}"
+                    )
+                self._shared.append(Cluster(f"ext{i}", self._external[i]))
+            else:
+                broker = TansuBroker(self._work_dir, f"shared{i}").start()
+                self._shared.append(Cluster(f"shared{i}", broker.bootstrap, broker))
+        return self._shared[:n]
+
+    def private(self, name: str = "") -> Cluster:
+        """A broker of this test's own, stopped at the end of the session."""
+        if self._external:
+            pytest.skip("needs a broker this test can pause or kill (external clusters given)")
+        broker = TansuBroker(self._work_dir, name or f"private{next(self._seq)}").start()
+        self._private.append(broker)
+        return Cluster(broker.name, broker.bootstrap, broker)
+
+    def stop(self) -> None:
+        for broker in self._private:
+            broker.stop()
+        for c in self._shared:
+            if c.broker is not None:
+                c.broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(session_dir: Path) -> Iterator[KafkaClusters]:
+    clusters = KafkaClusters(session_dir)
+    try:
+        yield clusters
+    finally:
+        clusters.stop()
+
+
+#: Short timeouts so failures and recoveries show within a test.
+FAST_COORDINATOR: dict[str, Any] = {
+    "discovery_interval_s": 0.5,
+    "cluster_timeout_s": 1.0,
+    "unreachable_backoff_s": 0.5,
+    "reader_ttl_s": 6.0,
+    "heartbeat_interval_s": 0.5,
+}
+
+
+def coordinator_config(etcd: str, **overrides: Any) -> CoordinatorConfig:
+    from coordinator import CoordinatorConfig, EtcdEndpoint
+
+    values = {**FAST_COORDINATOR, **overrides}
+    values.setdefault("etcd_prefix", f"/multikafka-test/{uuid.uuid4().hex[:8]}")
+    return CoordinatorConfig(etcd=EtcdEndpoint.parse(etcd), listen="127.0.0.1:0", **values)
+
+
+@pytest.fixture(scope="session")
+def coordinator(etcd_url: str) -> Iterator[CoordinatorThread]:
+    """One coordinator for the session (tests use unique stream names)."""
+    thread = CoordinatorThread(coordinator_config(etcd_url)).start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+@pytest.fixture
+def make_coordinator(etcd_url: str) -> Iterator[Callable[..., CoordinatorThread]]:
+    """Start coordinators of this test's own (own etcd prefix unless given)."""
+    started: list[CoordinatorThread] = []
+
+    def make(etcd: str | None = None, **overrides: Any) -> CoordinatorThread:
+        thread = CoordinatorThread(coordinator_config(etcd or etcd_url, **overrides)).start()
+        started.append(thread)
+        return thread
+
+    yield make
+    for thread in started:
+        thread.stop()
+
+
+@pytest.fixture
+def admin(coordinator: CoordinatorThread) -> Iterator[AdminClient]:
+    from multikafka.admin_client import AdminClient
+
+    with AdminClient(coordinator.address) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The one SparkSession of the test session (local[2])."""
+    from multikafka.devstack.spark import local_spark
+
+    session = local_spark("multikafka-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

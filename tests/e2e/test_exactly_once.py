@@ -1,0 +1,259 @@
+"""A Spark query over a stream in several clusters reads every record exactly
+once: across clusters and topics, across restarts from its checkpoint, and
+when topics are added while it runs (real etcd, tansu, Spark)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from multikafka.admin_client import AdminClient
+from multikafka.devstack import CoordinatorThread
+from multikafka.devstack.data import create_topics, produce_sequence
+from tests.conftest import KafkaClusters, uid
+from tests.e2e.spark_helpers import (
+    run_available_now,
+    sink_keys,
+    sink_rows,
+    source,
+    start_to_parquet,
+)
+from tests.helpers import eventually, sequence_report, stream_doc
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def _two_by_two(
+    kafka: KafkaClusters, admin: AdminClient, n: int
+) -> tuple[str, dict[str, int], dict[str, str]]:
+    """A stream over 2 clusters x 2 topics (3 partitions each) with ``n``
+    records per (cluster, topic). Returns (stream, expected, topic names)."""
+    a, b = kafka.shared(2)
+    topics = {"t1": uid("orders"), "t2": uid("payments")}
+    for c in (a, b):
+        create_topics(c.bootstrap, {t: 3 for t in topics.values()})
+    expected = {}
+    for cid, c in (("east", a), ("west", b)):
+        for t in topics.values():
+            label = f"{cid}-{t}"
+            produce_sequence(c.bootstrap, t, 3, label, range(n))
+            expected[label] = n
+    name = uid("eo")
+    admin.put_stream(
+        stream_doc(
+            name,
+            {
+                "east": (a.bootstrap, list(topics.values())),
+                "west": (b.bootstrap, list(topics.values())),
+            },
+        )
+    )
+    return name, expected, topics
+
+
+def _assert_exactly_once(keys: list[str], expected: dict[str, int]) -> None:
+    missing, duplicated = sequence_report(keys, expected)
+    assert not missing, f"{len(missing)} records lost, e.g. {missing[:5]}"
+    assert not duplicated, (
+        f"{len(duplicated)} records read twice, e.g. {list(duplicated.items())[:5]}"
+    )
+
+
+def test_two_clusters_two_topics_exactly_once(
+    spark: object,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    name, expected, _ = _two_by_two(kafka, admin, 3000)
+    query = run_available_now(
+        spark,
+        coordinator.address,
+        name,
+        tmp_path,
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger=5000,  # type: ignore[arg-type]
+    )
+    rows = sink_rows(spark, tmp_path)  # type: ignore[arg-type]
+    _assert_exactly_once([k for _, k, _, _, _ in rows], expected)
+    # Each row's cluster/topic/partition/offset is where its key was produced.
+    for cluster, key, topic, partition, offset in rows:
+        if key.startswith("__fence__"):
+            continue
+        label, seq = key.rsplit(":", 1)
+        assert label == f"{cluster}-{topic}"
+        assert partition == int(seq) % 3
+    # maxOffsetsPerTrigger bounded every batch.
+    assert all(p["numInputRows"] <= 5000 for p in query.recentProgress)
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) >= 3
+
+
+def test_restart_from_checkpoint_continues_exactly_once(
+    spark: object,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    name, expected, topics = _two_by_two(kafka, admin, 2000)
+    a, b = kafka.shared(2)
+    # First run: a continuous query, stopped in the middle of the stream.
+    df = source(
+        spark, coordinator.address, name, startingOffsets="earliest", maxOffsetsPerTrigger=1500
+    )  # type: ignore[arg-type]
+    query = start_to_parquet(df, tmp_path)
+    eventually(lambda: len(sink_keys(spark, tmp_path)) > 0, timeout_s=60)  # type: ignore[arg-type]
+    query.stop()
+    first = len(sink_keys(spark, tmp_path))  # type: ignore[arg-type]
+    assert first < 2000 * 4 + 12, "stopped before the end, so the restart has work to do"
+    # More data arrives while it is down.
+    for cid, c in (("east", a), ("west", b)):
+        produce_sequence(c.bootstrap, topics["t1"], 3, f"{cid}-{topics['t1']}", range(2000, 2500))
+    expected = {k: (2500 if topics["t1"] in k else v) for k, v in expected.items()}
+    # Second run from the same checkpoint.
+    run_available_now(spark, coordinator.address, name, tmp_path, startingOffsets="earliest")  # type: ignore[arg-type]
+    _assert_exactly_once(sink_keys(spark, tmp_path), expected)  # type: ignore[arg-type]
+
+
+def test_topic_added_mid_query_is_read_from_earliest(
+    spark: object,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    a, b = kafka.shared(2)
+    t1, t2 = uid("first"), uid("added")
+    create_topics(a.bootstrap, {t1: 2})
+    create_topics(b.bootstrap, {t2: 2})
+    produce_sequence(a.bootstrap, t1, 2, "first", range(500))
+    produce_sequence(b.bootstrap, t2, 2, "added", range(700))  # before it joins the stream
+    name = uid("grow")
+    admin.put_stream(stream_doc(name, {"east": (a.bootstrap, [t1])}))
+    query = start_to_parquet(
+        source(spark, coordinator.address, name, startingOffsets="latest"), tmp_path
+    )  # type: ignore[arg-type]
+    try:
+        eventually(lambda: query.lastProgress is not None, timeout_s=60)
+        produce_sequence(a.bootstrap, t1, 2, "first", range(500, 800))
+        eventually(
+            lambda: sum(k.startswith("first:") for k in sink_keys(spark, tmp_path)) == 300,
+            timeout_s=60,
+        )  # type: ignore[arg-type]
+        # The stream grows: a new cluster with a topic that already has data.
+        admin.put_stream(
+            stream_doc(name, {"east": (a.bootstrap, [t1]), "west": (b.bootstrap, [t2])})
+        )
+        eventually(
+            lambda: sum(k.startswith("added:") for k in sink_keys(spark, tmp_path)) == 700,
+            timeout_s=60,
+        )  # type: ignore[arg-type]
+    finally:
+        query.stop()
+    keys = sink_keys(spark, tmp_path)  # type: ignore[arg-type]
+    missing, duplicated = sequence_report(
+        [k for k in keys if k.startswith("added:")], {"added": 700}
+    )
+    assert not missing and not duplicated
+    # startingOffsets=latest: records from before the query started were not read.
+    assert not any(k.startswith("first:") and int(k.split(":")[1]) < 500 for k in keys)
+
+
+def test_batch_read(
+    spark: object, coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+) -> None:
+    name, expected, topics = _two_by_two(kafka, admin, 1000)
+    df = (
+        spark.read.format("multikafka")
+        .option("coordinator", coordinator.address)
+        .option("stream", name)
+        .load()
+    )  # type: ignore[attr-defined]
+    keys = [r["k"] for r in df.selectExpr("cast(key as string) as k").collect()]
+    _assert_exactly_once(keys, expected)
+    by_cluster = {r["cluster"]: r["count"] for r in df.groupBy("cluster").count().collect()}
+    assert by_cluster == {"east": 2006, "west": 2006}  # 2 topics x (1000 + 3 fences)
+    # endingOffsets as JSON: one split, up to offset 10.
+    (a, _) = kafka.shared(2)
+    split = f"east/{topics['t1']}/0"
+    limited = (
+        spark.read.format("multikafka")  # type: ignore[attr-defined]
+        .option("coordinator", coordinator.address)
+        .option("stream", name)
+        .option("startingOffsets", json.dumps({split: 5}))
+        .option("endingOffsets", json.dumps({split: 10}))
+        .load()
+        .where(f"cluster = 'east' and topic = '{topics['t1']}' and partition = 0")
+    )
+    assert sorted(r["offset"] for r in limited.collect()) == [5, 6, 7, 8, 9]
+
+
+def test_starting_positions_and_headers(
+    spark: object,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    (a,) = kafka.shared(1)
+    topic = uid("pos")
+    create_topics(a.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 1, "old", range(100))
+    time.sleep(0.05)  # a record time strictly after the old ones (append time, ms)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    from multikafka.devstack.data import SequenceProducer, fence
+
+    producer = SequenceProducer(a.bootstrap)
+    producer.produce(topic, 1, "new", range(50), headers=True)
+    producer.flush()
+    fence(a.bootstrap, topic, 1)
+    name = uid("pos")
+    admin.put_stream(stream_doc(name, {"east": (a.bootstrap, [topic])}))
+
+    by_time = tmp_path / "by-time"
+    run_available_now(spark, coordinator.address, name, by_time, startingTimestamp=cut)  # type: ignore[arg-type]
+    keys = [k for k in sink_keys(spark, by_time) if not k.startswith("__fence__")]  # type: ignore[arg-type]
+    assert sorted(keys, key=lambda k: int(k.split(":")[1])) == [f"new:{i}" for i in range(50)]
+
+    by_json = tmp_path / "by-json"
+    run_available_now(
+        spark,
+        coordinator.address,
+        name,
+        by_json,
+        startingOffsets=json.dumps({f"east/{topic}/0": 98}),
+    )  # type: ignore[arg-type]
+    assert sorted(k for k in sink_keys(spark, by_json) if k.startswith("old"))[:2] == [
+        "old:98",
+        "old:99",
+    ]  # type: ignore[arg-type]
+
+    headers = (
+        spark.read.format("multikafka")  # type: ignore[attr-defined]
+        .option("coordinator", coordinator.address)
+        .option("stream", name)
+        .option("includeHeaders", "true")
+        .load()
+        .where("cast(key as string) = 'new:7'")
+        .collect()
+    )
+    assert [(h["key"], bytes(h["value"])) for h in headers[0]["headers"]] == [("seq", b"7")]
+    assert headers[0]["cluster"] == "east"
+    assert headers[0]["timestampType"] == 0
+
+
+def test_bad_options_fail_with_a_clear_message(
+    spark: object, coordinator: CoordinatorThread
+) -> None:
+    from pyspark.errors import PySparkException
+
+    reader = spark.read.format("multikafka").option("coordinator", coordinator.address)  # type: ignore[attr-defined]
+    with pytest.raises(PySparkException, match="option stream: required"):
+        reader.load().count()
+    with pytest.raises(PySparkException, match="unknown option"):
+        reader.option("stream", "x").option("startingOffset", "earliest").load().count()

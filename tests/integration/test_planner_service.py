@@ -1,0 +1,255 @@
+"""The Planner service against real brokers: positions, budgets, plans,
+unreachable clusters, data loss."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from multikafka import DataLossError, ValidationError
+from multikafka.admin_client import AdminClient
+from multikafka.devstack import CoordinatorThread
+from multikafka.devstack.data import SequenceProducer, create_topics, fence, produce_sequence
+from multikafka.offsets import NO_SPLITS
+from multikafka.v1 import planner_pb2
+from spark_bridge.client import PlannerClient
+from tests.conftest import KafkaClusters, uid
+from tests.helpers import eventually, stream_doc
+
+pytestmark = pytest.mark.integration
+Position = planner_pb2.Position
+EARLIEST = Position(kind=Position.EARLIEST)
+LATEST = Position(kind=Position.LATEST)
+
+
+@pytest.fixture
+def planner(coordinator: CoordinatorThread) -> Iterator[PlannerClient]:
+    client = PlannerClient(coordinator.address, timeout_s=5)
+    yield client
+    client.close()
+
+
+def test_resolve_positions(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    a, b = kafka.shared(2)
+    topic = uid("pos")
+    create_topics(a.bootstrap, {topic: 2})
+    create_topics(b.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 2, "a", range(10))  # 5 + fence per partition
+    before_b = int(time.time() * 1000)
+    produce_sequence(b.bootstrap, topic, 1, "b", range(4))
+    name = uid("s")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])}))
+
+    earliest, _ = planner.resolve(name, EARLIEST)
+    assert earliest == {f"a/{topic}/0": 0, f"a/{topic}/1": 0, f"b/{topic}/0": 0}
+    assert list(earliest) == sorted(earliest)
+    latest, _ = planner.resolve(name, LATEST)
+    assert latest == {f"a/{topic}/0": 6, f"a/{topic}/1": 6, f"b/{topic}/0": 5}
+    specific, _ = planner.resolve(
+        name,
+        Position(
+            kind=Position.SPECIFIC,
+            offsets={f"a/{topic}/0": 3, f"a/{topic}/1": -1},
+            fallback=Position.EARLIEST,
+        ),
+    )
+    assert specific == {f"a/{topic}/0": 3, f"a/{topic}/1": 6, f"b/{topic}/0": 0}
+    future, _ = planner.resolve(
+        name, Position(kind=Position.TIMESTAMP, timestamp_ms=int(time.time() * 1000) + 60_000)
+    )
+    assert future == latest
+    past, _ = planner.resolve(
+        name, Position(kind=Position.TIMESTAMP, timestamp_ms=before_b - 60_000)
+    )
+    assert past == earliest
+
+
+def test_specific_offsets_for_unknown_cluster_or_topic(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    (a,) = kafka.shared(1)
+    topic = uid("spec")
+    create_topics(a.bootstrap, {topic: 1})
+    name = uid("s")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    with pytest.raises(ValidationError, match="no cluster 'zz'"):
+        planner.resolve(name, Position(kind=Position.SPECIFIC, offsets={f"zz/{topic}/0": 1}))
+    with pytest.raises(ValidationError, match="no topic 'nope'"):
+        planner.resolve(name, Position(kind=Position.SPECIFIC, offsets={"a/nope/0": 1}))
+
+
+def test_stream_without_partitions_has_placeholder_vector(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    (a,) = kafka.shared(1)
+    name = uid("empty")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [uid("not-created-yet")])}))
+    offsets, _ = planner.resolve(name, EARLIEST)
+    assert offsets == {NO_SPLITS: 0}
+    end = planner.latest(name, "q", offsets, max_records=0, cap=None, fail_on_data_loss=True)
+    assert end == {NO_SPLITS: 0}
+
+
+def test_budget_follows_backlog(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    a, b = kafka.shared(2)
+    topic = uid("budget")
+    create_topics(a.bootstrap, {topic: 1})
+    create_topics(b.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 1, "a", range(2999))  # 3000 with the fence
+    produce_sequence(b.bootstrap, topic, 1, "b", range(999))  # 1000
+    name = uid("s")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])}))
+    start, _ = planner.resolve(name, EARLIEST)
+    end = planner.latest(name, "q", start, max_records=400, cap=None, fail_on_data_loss=True)
+    assert end == {f"a/{topic}/0": 300, f"b/{topic}/0": 100}
+    everything = planner.latest(name, "q", start, max_records=0, cap=None, fail_on_data_loss=True)
+    assert everything == {f"a/{topic}/0": 3000, f"b/{topic}/0": 1000}
+    capped = planner.latest(
+        name, "q", start, max_records=0, cap={f"a/{topic}/0": 10}, fail_on_data_loss=True
+    )
+    assert capped == {f"a/{topic}/0": 10, f"b/{topic}/0": 0}
+
+
+def test_plan_is_balanced_and_carries_connections(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    a, b = kafka.shared(2)
+    topic = uid("plan")
+    create_topics(a.bootstrap, {topic: 3})
+    create_topics(b.bootstrap, {topic: 1})
+    name = uid("s")
+    doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
+    doc["clusters"]["a"]["properties"] = {"sasl.password": "pw"}
+    admin.put_stream(doc)
+    start = {f"a/{topic}/0": 0, f"a/{topic}/1": 0, f"a/{topic}/2": 0, f"b/{topic}/0": 0}
+    end = {f"a/{topic}/0": 900, f"a/{topic}/1": 100, f"a/{topic}/2": 50, f"b/{topic}/0": 2000}
+    plan = planner.plan(name, "q", start, end, min_partitions=4, max_records_per_partition=1000)
+    loads = [sum(r.until_offset - r.from_offset for r in t.ranges) for t in plan.tasks]
+    assert sum(loads) == 3050
+    assert len(plan.tasks) >= 4
+    assert max(loads) <= 1000
+    assert max(loads) - min(loads) <= 763  # at most one piece (ceil(3050/4))
+    conns = {c.cluster: c for c in plan.clusters}
+    assert conns["a"].properties["sasl.password"] == "pw"  # executors need the real value
+    assert conns["a"].fingerprint and conns["a"].fingerprint != conns["b"].fingerprint
+    # A split entering the vector has nothing to read in that batch.
+    only_new = planner.plan(
+        name, "q", {}, {f"a/{topic}/0": 5}, min_partitions=1, max_records_per_partition=1000
+    )
+    assert list(only_new.tasks) == []
+
+
+def test_unreachable_cluster_gets_no_new_range_and_resumes(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    (good,) = kafka.shared(1)
+    bad = kafka.private("paused")
+    broker = bad.require_process()
+    topic = uid("down")
+    for c in (good, bad):
+        create_topics(c.bootstrap, {topic: 1})
+        produce_sequence(c.bootstrap, topic, 1, c.name, range(9))
+    name = uid("s")
+    admin.put_stream(
+        stream_doc(name, {"good": (good.bootstrap, [topic]), "bad": (bad.bootstrap, [topic])})
+    )
+    start, _ = planner.resolve(name, EARLIEST)
+    assert start == {f"bad/{topic}/0": 0, f"good/{topic}/0": 0}
+    broker.process.pause()
+    try:
+        produce_sequence(good.bootstrap, topic, 1, "good2", range(9))
+        end = planner.latest(name, "q", start, max_records=0, cap=None, fail_on_data_loss=True)
+        assert end == {f"bad/{topic}/0": 0, f"good/{topic}/0": 20}
+        # While it stays down, later calls skip it without waiting on it.
+        end2 = planner.latest(name, "q", end, max_records=0, cap=None, fail_on_data_loss=True)
+        assert end2 == end
+        info = admin.get_stream(name)
+        assert {c.cluster: c.reachable for c in info.clusters} == {"bad": False, "good": True}
+    finally:
+        broker.process.resume()
+    resumed = eventually(
+        lambda: (
+            planner.latest(name, "q", end, max_records=0, cap=None, fail_on_data_loss=True)[
+                f"bad/{topic}/0"
+            ]
+            == 10
+            and True
+        ),
+        timeout_s=20,
+    )
+    assert resumed
+
+
+def test_offsets_gone_backwards_is_data_loss(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    (a,) = kafka.shared(1)
+    topic = uid("loss")
+    create_topics(a.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 1, "a", range(4))
+    name = uid("s")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    ahead = {f"a/{topic}/0": 50}  # the query read further than the partition now ends
+    with pytest.raises(DataLossError, match="went backwards"):
+        planner.latest(name, "q", ahead, max_records=0, cap=None, fail_on_data_loss=True)
+    end = planner.latest(name, "q", ahead, max_records=0, cap=None, fail_on_data_loss=False)
+    assert end == {f"a/{topic}/0": 0}
+    assert any(e.kind == "data-loss" for e in admin.history(name))
+
+
+def test_group_commit_after_spark_commit(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    (a,) = kafka.shared(1)
+    topic = uid("group")
+    create_topics(a.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 1, "a", range(9))
+    name = uid("s")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    group = uid("lag-tools")
+    planner.commit(name, "q-group", {f"a/{topic}/0": 7}, group)
+    consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": group})
+    try:
+        committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert committed[0].offset == 7
+    finally:
+        consumer.close()
+    assert {q.query_id: dict(q.offsets) for q in admin.queries()}["q-group"] == {f"a/{topic}/0": 7}
+
+
+def test_unknown_stream_is_not_found(planner: PlannerClient) -> None:
+    from multikafka import NotFoundError
+
+    with pytest.raises(NotFoundError):
+        planner.resolve(uid("missing"), EARLIEST)
+
+
+def test_producer_helper_fences_make_watermarks_exact(kafka: KafkaClusters) -> None:
+    """The test-data helper's contract with tansu (ARCHITECTURE.md): after a
+    batched produce and a fence, the high watermark counts every record."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    (a,) = kafka.shared(1)
+    topic = uid("fence")
+    create_topics(a.bootstrap, {topic: 2})
+    producer = SequenceProducer(a.bootstrap)
+    producer.produce(topic, 2, "x", range(5000))
+    producer.flush()
+    fence(a.bootstrap, topic, 2)
+    consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": "wm"})
+    try:
+        highs = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(2)
+        ]
+    finally:
+        consumer.close()
+    assert highs == [2501, 2501]

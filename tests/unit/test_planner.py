@@ -1,0 +1,443 @@
+"""Micro-batch planning (coordinator.planner): budget allocation and end vectors."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Mapping
+
+import pytest
+
+from coordinator.planner import ClusterSnapshot, EndPlan, allocate, new_splits, plan_end
+from multikafka.exceptions import DataLossError
+from multikafka.model import ClusterState
+from multikafka.offsets import NO_SPLITS, to_json
+
+ACTIVE = ClusterState.ACTIVE
+
+
+def snap(
+    latest: Mapping[str, int],
+    *,
+    state: ClusterState = ACTIVE,
+    topics: Iterable[str] = ("t",),
+    reachable: bool = True,
+    splits: Iterable[str] | None = None,
+    drain: Mapping[str, int] | None = None,
+) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        state=state,
+        topics=frozenset(topics),
+        reachable=reachable,
+        splits=frozenset(latest if splits is None else splits),
+        latest=dict(latest),
+        drain=drain,
+    )
+
+
+# -- allocate -------------------------------------------------------------------
+
+
+def test_allocate_without_budget_returns_the_backlog() -> None:
+    backlog = {"a": 10, "b": 0, "c": 7}
+    assert allocate(backlog, None) == backlog
+
+
+@pytest.mark.parametrize("budget", [17, 18, 10**9])
+def test_allocate_budget_at_least_total_returns_the_backlog(budget: int) -> None:
+    assert allocate({"a": 10, "b": 7}, budget) == {"a": 10, "b": 7}
+
+
+def test_allocate_proportional_example() -> None:
+    assert allocate({"a": 30, "b": 10}, 20) == {"a": 15, "b": 5}
+
+
+def test_allocate_largest_remainder_gets_the_rounding() -> None:
+    # exact shares 2.5, 1.5, 1.0: a and b tie on the remainder, the name breaks it
+    assert allocate({"a": 5, "b": 3, "c": 2}, 5) == {"a": 3, "b": 1, "c": 1}
+    # exact shares 0.75 and 0.25
+    assert allocate({"x": 3, "y": 1}, 1) == {"x": 1, "y": 0}
+
+
+def test_allocate_zero_budget() -> None:
+    assert allocate({"a": 5, "b": 3}, 0) == {"a": 0, "b": 0}
+
+
+def test_allocate_empty() -> None:
+    assert allocate({}, 10) == {}
+    assert allocate({}, None) == {}
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_allocate_properties(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randrange(1, 12)
+    backlog = {
+        f"c/t/{i}": rng.choice([0, 1, rng.randrange(1, 100), rng.randrange(10**6)])
+        for i in range(n)
+    }
+    total = sum(backlog.values())
+    budget = rng.randrange(0, total + 2)
+    shares = allocate(backlog, budget)
+    assert set(shares) == set(backlog)
+    if budget >= total:
+        assert shares == backlog
+        return
+    assert sum(shares.values()) == budget
+    for s, b in backlog.items():
+        assert 0 <= shares[s] <= b
+        # within one record of the exact proportional share
+        assert abs(shares[s] * total - budget * b) < total
+    # deterministic, and independent of insertion order
+    assert allocate(backlog, budget) == shares
+    assert allocate(dict(reversed(list(backlog.items()))), budget) == shares
+
+
+# -- plan_end: advancing --------------------------------------------------------
+
+
+def test_reachable_splits_advance_to_the_high_watermark() -> None:
+    plan = plan_end(
+        {"east/t/0": 10, "east/t/1": 0},
+        {"east": snap({"east/t/0": 50, "east/t/1": 7})},
+        {},
+    )
+    assert plan.end == {"east/t/0": 50, "east/t/1": 7}
+    assert plan.retired == {}
+    assert plan.data_loss == {}
+    assert plan.entered == []
+
+
+def test_split_at_its_high_watermark_stays() -> None:
+    plan = plan_end({"east/t/0": 50}, {"east": snap({"east/t/0": 50})}, {})
+    assert plan.end == {"east/t/0": 50}
+
+
+def test_budget_is_split_proportionally_to_backlog() -> None:
+    start = {"east/t/0": 0, "west/t/0": 100}
+    clusters = {"east": snap({"east/t/0": 30}), "west": snap({"west/t/0": 110})}
+    plan = plan_end(start, clusters, {}, budget=20)
+    assert plan.end == {"east/t/0": 15, "west/t/0": 105}
+
+
+def test_budget_larger_than_backlog_reads_everything() -> None:
+    plan = plan_end({"east/t/0": 0}, {"east": snap({"east/t/0": 30})}, {}, budget=1000)
+    assert plan.end == {"east/t/0": 30}
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_budget_is_never_exceeded(seed: int) -> None:
+    rng = random.Random(seed)
+    start: dict[str, int] = {}
+    latest: dict[str, int] = {}
+    for p in range(rng.randrange(1, 8)):
+        s = f"east/t/{p}"
+        start[s] = rng.randrange(1000)
+        latest[s] = start[s] + rng.randrange(500)
+    budget = rng.randrange(1, 2000)
+    plan = plan_end(start, {"east": snap(latest)}, {}, budget=budget)
+    read = sum(plan.end[s] - start[s] for s in start)
+    assert read == min(budget, sum(latest[s] - start[s] for s in start))
+    for s in start:
+        assert start[s] <= plan.end[s] <= latest[s]
+
+
+def test_unreachable_cluster_stays_while_others_advance() -> None:
+    start = {"east/t/0": 10, "west/t/0": 20}
+    clusters = {
+        "east": snap({"east/t/0": 50}),
+        "west": snap({}, reachable=False, splits={"west/t/0"}),
+    }
+    plan = plan_end(start, clusters, {}, budget=100)
+    assert plan.end == {"east/t/0": 50, "west/t/0": 20}
+    assert plan.retired == {}
+    assert plan.data_loss == {}
+
+
+def test_unreachable_cluster_does_not_take_budget() -> None:
+    start = {"east/t/0": 0, "west/t/0": 0}
+    clusters = {
+        "east": snap({"east/t/0": 100}),
+        "west": snap({"west/t/0": 100}, reachable=False),
+    }
+    plan = plan_end(start, clusters, {}, budget=40)
+    assert plan.end == {"east/t/0": 40, "west/t/0": 0}
+
+
+# -- plan_end: new splits -------------------------------------------------------
+
+
+def test_new_split_enters_at_its_entry_offset_without_advancing() -> None:
+    start = {"east/t/0": 5}
+    clusters = {"east": snap({"east/t/0": 10, "east/t/1": 100})}
+    plan = plan_end(start, clusters, {"east/t/1": 3})
+    assert plan.end == {"east/t/0": 10, "east/t/1": 3}
+    assert plan.entered == ["east/t/1"]
+
+
+def test_new_split_without_entry_is_left_out() -> None:
+    start = {"east/t/0": 5}
+    clusters = {"east": snap({"east/t/0": 10, "east/t/1": 100, "east/t/2": 9})}
+    plan = plan_end(start, clusters, {"east/t/2": 0})
+    assert plan.end == {"east/t/0": 10, "east/t/2": 0}
+    assert plan.entered == ["east/t/2"]
+    assert "east/t/1" not in plan.end
+
+
+def test_new_splits_of_a_new_cluster_enter() -> None:
+    plan = plan_end(
+        {},
+        {"east": snap({"east/t/0": 10, "east/t/1": 4})},
+        {"east/t/0": 0, "east/t/1": 4},
+    )
+    assert plan.end == {"east/t/0": 0, "east/t/1": 4}
+    assert plan.entered == ["east/t/0", "east/t/1"]
+
+
+def test_new_splits_of_unreadable_clusters_do_not_enter() -> None:
+    clusters = {
+        "a": snap({"a/t/0": 10}, state=ClusterState.STANDBY),
+        "b": snap({"b/t/0": 10}, state=ClusterState.FAILED),
+        "c": snap({"c/t/0": 10}, state=ClusterState.DRAINING),
+    }
+    entry = {"a/t/0": 0, "b/t/0": 0, "c/t/0": 0}
+    assert new_splits({}, clusters) == []
+    plan = plan_end({}, clusters, entry)
+    assert plan.end == {NO_SPLITS: 0}
+    assert plan.entered == []
+
+
+def test_new_split_of_draining_cluster_enters_only_with_data_to_drain() -> None:
+    clusters = {
+        "c": snap(
+            {"c/t/0": 10, "c/t/1": 10},
+            state=ClusterState.DRAINING,
+            drain={"c/t/0": 10},
+        )
+    }
+    assert new_splits({}, clusters) == ["c/t/0"]
+    plan = plan_end({}, clusters, {"c/t/0": 2, "c/t/1": 2})
+    assert plan.end == {"c/t/0": 2}
+
+
+def test_new_splits_is_sorted_and_skips_known() -> None:
+    clusters = {"b": snap({"b/t/1": 1, "b/t/0": 1}), "a": snap({"a/t/0": 1})}
+    assert new_splits({"b/t/0": 0}, clusters) == ["a/t/0", "b/t/1"]
+
+
+# -- plan_end: retiring ---------------------------------------------------------
+
+
+def test_split_of_removed_cluster_is_retired() -> None:
+    plan = plan_end({"east/t/0": 1, "west/t/0": 2}, {"east": snap({"east/t/0": 5})}, {})
+    assert plan.end == {"east/t/0": 5}
+    assert plan.retired == {"west/t/0": "cluster removed from the stream"}
+
+
+def test_split_of_removed_topic_is_retired() -> None:
+    plan = plan_end(
+        {"east/t/0": 1, "east/gone/0": 2},
+        {"east": snap({"east/t/0": 5, "east/gone/0": 9})},
+        {},
+    )
+    assert plan.end == {"east/t/0": 5}
+    assert plan.retired == {"east/gone/0": "topic removed from the stream"}
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [(ClusterState.FAILED, "cluster failed"), (ClusterState.STANDBY, "cluster is standby")],
+)
+def test_split_of_unread_cluster_is_retired(state: ClusterState, reason: str) -> None:
+    plan = plan_end(
+        {"east/t/0": 1, "west/t/0": 2},
+        {"east": snap({"east/t/0": 5}), "west": snap({"west/t/0": 9}, state=state)},
+        {},
+    )
+    assert plan.end == {"east/t/0": 5}
+    assert plan.retired == {"west/t/0": reason}
+
+
+def test_retired_split_even_when_unreachable() -> None:
+    plan = plan_end(
+        {"west/t/0": 2},
+        {"west": snap({}, state=ClusterState.FAILED, reachable=False)},
+        {},
+    )
+    assert plan.retired == {"west/t/0": "cluster failed"}
+    assert plan.end == {NO_SPLITS: 0}
+
+
+def test_draining_caps_at_the_drain_offset() -> None:
+    plan = plan_end(
+        {"d/t/0": 10, "d/t/1": 0},
+        {
+            "d": snap(
+                {"d/t/0": 50, "d/t/1": 5},
+                state=ClusterState.DRAINING,
+                drain={"d/t/0": 40, "d/t/1": 8},
+            )
+        },
+        {},
+    )
+    assert plan.end == {"d/t/0": 40, "d/t/1": 5}
+    assert plan.retired == {}
+
+
+@pytest.mark.parametrize("pos", [40, 41])
+def test_draining_split_retires_once_drained(pos: int) -> None:
+    plan = plan_end(
+        {"d/t/0": pos},
+        {"d": snap({"d/t/0": 50}, state=ClusterState.DRAINING, drain={"d/t/0": 40})},
+        {},
+    )
+    assert plan.retired == {"d/t/0": "drained"}
+    assert plan.end == {NO_SPLITS: 0}
+
+
+def test_draining_split_without_drain_offset_retires() -> None:
+    plan = plan_end(
+        {"d/t/0": 3},
+        {"d": snap({"d/t/0": 50}, state=ClusterState.DRAINING, drain={})},
+        {},
+    )
+    assert plan.retired == {"d/t/0": "drained"}
+
+
+def test_draining_without_captured_drain_keeps_splits_frozen() -> None:
+    plan = plan_end(
+        {"d/t/0": 3, "d/t/1": 7},
+        {"d": snap({"d/t/0": 50, "d/t/1": 60}, state=ClusterState.DRAINING, drain=None)},
+        {},
+    )
+    assert plan.end == {"d/t/0": 3, "d/t/1": 7}
+    assert plan.retired == {}
+
+
+def test_draining_unreachable_keeps_splits() -> None:
+    plan = plan_end(
+        {"d/t/0": 3},
+        {"d": snap({}, state=ClusterState.DRAINING, reachable=False, drain={"d/t/0": 10})},
+        {},
+    )
+    assert plan.end == {"d/t/0": 3}
+
+
+# -- plan_end: data loss --------------------------------------------------------
+
+
+def test_offsets_gone_backwards_raise_data_loss() -> None:
+    with pytest.raises(DataLossError) as info:
+        plan_end({"east/t/0": 100}, {"east": snap({"east/t/0": 40})}, {})
+    message = str(info.value)
+    assert "east/t/0" in message
+    assert "backwards" in message
+    assert "failOnDataLoss=false" in message
+
+
+def test_offsets_gone_backwards_without_failing_restart_at_zero() -> None:
+    plan = plan_end(
+        {"east/t/0": 100, "east/t/1": 5},
+        {"east": snap({"east/t/0": 40, "east/t/1": 6})},
+        {},
+        fail_on_data_loss=False,
+    )
+    assert plan.end == {"east/t/0": 0, "east/t/1": 6}
+    assert set(plan.data_loss) == {"east/t/0"}
+    assert "100" in plan.data_loss["east/t/0"]
+    assert "40" in plan.data_loss["east/t/0"]
+
+
+def test_split_missing_from_latest_is_data_loss() -> None:
+    clusters = {"east": snap({"east/t/1": 6}, splits={"east/t/1"})}
+    with pytest.raises(DataLossError) as info:
+        plan_end({"east/t/0": 5, "east/t/1": 5}, clusters, {})
+    assert "east/t/0" in str(info.value)
+
+
+def test_split_missing_from_latest_without_failing_is_recorded() -> None:
+    clusters = {"east": snap({"east/t/1": 6}, splits={"east/t/1"})}
+    plan = plan_end({"east/t/0": 5, "east/t/1": 5}, clusters, {}, fail_on_data_loss=False)
+    assert set(plan.data_loss) == {"east/t/0"}
+    assert "no longer exists" in plan.data_loss["east/t/0"]
+    assert plan.end == {"east/t/1": 6}
+    assert plan.retired == {}
+
+
+def test_missing_latest_on_unreachable_cluster_is_not_data_loss() -> None:
+    plan = plan_end({"east/t/0": 5}, {"east": snap({}, reachable=False)}, {})
+    assert plan.end == {"east/t/0": 5}
+    assert plan.data_loss == {}
+
+
+# -- plan_end: cap (Trigger.AvailableNow) --------------------------------------
+
+
+def test_cap_limits_the_end() -> None:
+    start = {"east/t/0": 10, "east/t/1": 10}
+    clusters = {"east": snap({"east/t/0": 50, "east/t/1": 50})}
+    plan = plan_end(start, clusters, {}, cap={"east/t/0": 30})
+    assert plan.end == {"east/t/0": 30, "east/t/1": 10}
+
+
+def test_cap_below_start_does_not_move_backwards() -> None:
+    plan = plan_end({"east/t/0": 10}, {"east": snap({"east/t/0": 50})}, {}, cap={"east/t/0": 5})
+    assert plan.end == {"east/t/0": 10}
+
+
+def test_cap_excludes_new_splits_not_in_cap() -> None:
+    clusters = {"east": snap({"east/t/0": 50, "east/t/1": 50, "east/t/2": 50})}
+    plan = plan_end(
+        {"east/t/0": 10},
+        clusters,
+        {"east/t/1": 0, "east/t/2": 0},
+        cap={"east/t/0": 50, "east/t/1": 50},
+    )
+    assert plan.end == {"east/t/0": 50, "east/t/1": 0}
+    assert plan.entered == ["east/t/1"]
+
+
+def test_cap_and_budget_together() -> None:
+    start = {"east/t/0": 0, "east/t/1": 0}
+    clusters = {"east": snap({"east/t/0": 100, "east/t/1": 100})}
+    plan = plan_end(start, clusters, {}, budget=30, cap={"east/t/0": 10, "east/t/1": 100})
+    # backlogs 10 and 100 share 30 -> 3 (2.72..) and 27 (27.27..)
+    assert plan.end == {"east/t/0": 3, "east/t/1": 27}
+
+
+# -- plan_end: the end vector ---------------------------------------------------
+
+
+def test_end_vector_is_canonical() -> None:
+    start = {"west/t/0": 1, "east/t/1": 1, "east/t/0": 1}
+    clusters = {
+        "west": snap({"west/t/0": 2}),
+        "east": snap({"east/t/1": 2, "east/t/0": 2, "east/t/2": 0}),
+    }
+    plan = plan_end(start, clusters, {"east/t/2": 0})
+    assert list(plan.end) == sorted(plan.end)
+    assert json.dumps(plan.end) == to_json(plan.end)
+
+
+def test_end_vector_of_nothing_is_the_placeholder() -> None:
+    assert plan_end({}, {}, {}).end == {NO_SPLITS: 0}
+    assert plan_end({NO_SPLITS: 0}, {}, {}).end == {NO_SPLITS: 0}
+    assert plan_end({"gone/t/0": 4}, {}, {}).end == {NO_SPLITS: 0}
+
+
+def test_placeholder_in_start_is_ignored() -> None:
+    plan = plan_end({NO_SPLITS: 0}, {"east": snap({"east/t/0": 9})}, {"east/t/0": 0})
+    assert plan.end == {"east/t/0": 0}
+    assert plan.retired == {}
+
+
+def test_plan_is_deterministic() -> None:
+    start = {"east/t/0": 0, "east/t/1": 0, "west/t/0": 0}
+    clusters = {
+        "east": snap({"east/t/0": 33, "east/t/1": 33}),
+        "west": snap({"west/t/0": 33, "west/t/1": 9}),
+    }
+    plans = [plan_end(start, clusters, {"west/t/1": 0}, budget=50) for _ in range(3)]
+    assert all(p == plans[0] for p in plans)
+    assert isinstance(plans[0], EndPlan)
+    assert sum(v for k, v in plans[0].end.items() if k in start) == 50

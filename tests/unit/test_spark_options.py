@@ -1,0 +1,283 @@
+"""Options of the ``multikafka`` Spark source (spark_bridge.options.SourceOptions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from multikafka.exceptions import ValidationError
+from multikafka.v1.planner_pb2 import Position
+from spark_bridge.options import KNOWN, SourceOptions
+
+BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
+
+
+def parse(streaming: bool = True, **options: str) -> SourceOptions:
+    return SourceOptions.parse({**BASE, **options}, streaming=streaming)
+
+
+def refused(options: dict[str, str], *, streaming: bool = True) -> ValidationError:
+    with pytest.raises(ValidationError) as info:
+        SourceOptions.parse(options, streaming=streaming)
+    return info.value
+
+
+def test_required_only() -> None:
+    o = parse()
+    assert o.coordinator == "127.0.0.1:7070"
+    assert o.stream == "orders"
+
+
+@pytest.mark.parametrize("missing", ["coordinator", "stream"])
+def test_required_options(missing: str) -> None:
+    options = {k: v for k, v in BASE.items() if k != missing}
+    err = refused(options)
+    assert err.field == f"option {missing}"
+    assert "required" in err.problem
+
+
+@pytest.mark.parametrize("missing", ["coordinator", "stream"])
+def test_blank_required_options(missing: str) -> None:
+    err = refused({**BASE, missing: "  "})
+    assert err.field == f"option {missing}"
+    assert "required" in err.problem
+
+
+def test_coordinator_must_be_host_port() -> None:
+    err = refused({**BASE, "coordinator": "localhost"})
+    assert err.field == "option coordinator"
+    assert "'localhost'" in err.problem
+
+
+def test_streaming_defaults() -> None:
+    o = parse(streaming=True)
+    assert o.starting == Position(kind=Position.LATEST)
+    assert o.ending == Position(kind=Position.LATEST)
+    assert o.max_offsets_per_trigger is None
+    assert o.fail_on_data_loss is True
+    assert o.include_headers is False
+    assert o.min_partitions == 1
+    assert o.max_records_per_partition == 100_000
+    assert o.query_id == ""
+    assert o.commit_group_id == ""
+    assert o.coordinator_timeout_s == 60.0
+    assert o.coordinator_tls_ca == ""
+
+
+def test_batch_defaults() -> None:
+    o = parse(streaming=False)
+    assert o.starting == Position(kind=Position.EARLIEST)
+    assert o.ending == Position(kind=Position.LATEST)
+
+
+@pytest.mark.parametrize("key", ["startingOffsets", "STARTINGOFFSETS", "startingoffsets"])
+def test_keys_are_case_insensitive(key: str) -> None:
+    assert parse(**{key: "earliest"}).starting.kind == Position.EARLIEST
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("earliest", Position.EARLIEST),
+        ("LATEST", Position.LATEST),
+        (" Earliest ", Position.EARLIEST),
+    ],
+)
+def test_named_starting_positions(value: str, kind: int) -> None:
+    assert parse(startingOffsets=value).starting == Position(kind=kind)
+
+
+def test_json_starting_offsets() -> None:
+    o = parse(startingOffsets='{"east/orders/0": 42, "west/orders/1": -2, "west/orders/2": -1}')
+    assert o.starting.kind == Position.SPECIFIC
+    assert dict(o.starting.offsets) == {
+        "east/orders/0": 42,
+        "west/orders/1": -2,
+        "west/orders/2": -1,
+    }
+    assert o.starting.fallback == Position.EARLIEST
+
+
+def test_json_ending_offsets_fall_back_to_latest() -> None:
+    o = parse(streaming=False, endingOffsets='{"east/orders/0": 42}')
+    assert o.ending.kind == Position.SPECIFIC
+    assert dict(o.ending.offsets) == {"east/orders/0": 42}
+    assert o.ending.fallback == Position.LATEST
+
+
+@pytest.mark.parametrize("value", ['{"east/orders/0": 4', "{oops}"])
+def test_invalid_json_names_the_option(value: str) -> None:
+    err = refused({**BASE, "startingOffsets": value})
+    assert err.field == "option startingoffsets"
+    assert "not valid JSON" in err.problem
+
+
+@pytest.mark.parametrize("split", ["east/orders", "east//0", "east/orders/x", "east/orders/-1"])
+def test_bad_split_id_names_the_option(split: str) -> None:
+    err = refused({**BASE, "startingOffsets": f'{{"{split}": 1}}'})
+    assert err.field == f"option startingoffsets.{split}"
+
+
+def test_bad_offset_names_the_option() -> None:
+    err = refused({**BASE, "startingOffsets": '{"east/orders/0": -3}'})
+    assert err.field == "option startingoffsets.east/orders/0"
+
+
+def test_json_naming_no_split_is_refused() -> None:
+    err = refused({**BASE, "startingOffsets": "{}"})
+    assert err.field == "option startingoffsets"
+    assert "no split" in err.problem
+
+
+@pytest.mark.parametrize("value", ["middle", "42", "[1]", ""])
+def test_unknown_starting_value(value: str) -> None:
+    err = refused({**BASE, "startingOffsets": value})
+    assert err.field == "option startingoffsets"
+    assert "earliest, latest or JSON" in err.problem
+
+
+def test_starting_timestamp() -> None:
+    o = parse(startingTimestamp="1700000000000")
+    assert o.starting == Position(kind=Position.TIMESTAMP, timestamp_ms=1_700_000_000_000)
+
+
+def test_starting_timestamp_wins_over_offsets() -> None:
+    o = parse(startingTimestamp="5", startingOffsets="earliest")
+    assert o.starting.kind == Position.TIMESTAMP
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "1.5"])
+def test_bad_starting_timestamp(value: str) -> None:
+    err = refused({**BASE, "startingTimestamp": value})
+    assert err.field == "option startingtimestamp"
+
+
+def test_ending_timestamp_for_batch() -> None:
+    o = parse(streaming=False, endingTimestamp="99")
+    assert o.ending == Position(kind=Position.TIMESTAMP, timestamp_ms=99)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"endingOffsets": "latest"}, {"endingOffsets": '{"a/t/0": 1}'}, {"endingTimestamp": "5"}],
+)
+def test_ending_refused_for_streaming(options: dict[str, str]) -> None:
+    err = refused({**BASE, **options}, streaming=True)
+    assert err.field.startswith("option ending")
+    assert "batch" in err.problem
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: options.SourceOptions.parse names endingOffsets when a streaming query "
+    "sets endingTimestamp",
+)
+def test_ending_timestamp_refusal_names_ending_timestamp() -> None:
+    err = refused({**BASE, "endingTimestamp": "5"}, streaming=True)
+    assert err.field.lower() == "option endingtimestamp"
+
+
+def test_earliest_is_not_an_end() -> None:
+    err = refused({**BASE, "endingOffsets": "earliest"}, streaming=False)
+    assert err.field == "option endingoffsets"
+    assert "earliest is not a valid end" in err.problem
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: endingOffsets JSON accepts -2 (earliest) although 'earliest' is refused as an end",
+)
+def test_earliest_in_json_is_not_an_end() -> None:
+    err = refused({**BASE, "endingOffsets": '{"east/orders/0": -2}'}, streaming=False)
+    assert err.field.startswith("option endingoffsets")
+
+
+def test_ending_latest_for_batch() -> None:
+    assert parse(streaming=False, endingOffsets="latest").ending == Position(kind=Position.LATEST)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("500", 500), (" 7 ", 7)])
+def test_max_offsets_per_trigger(value: str, expected: int) -> None:
+    assert parse(maxOffsetsPerTrigger=value).max_offsets_per_trigger == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("0", "at least 1"), ("-5", "at least 1"), ("1.5", "whole number"), ("lots", "whole number")],
+)
+def test_bad_max_offsets_per_trigger(value: str, problem: str) -> None:
+    err = refused({**BASE, "maxOffsetsPerTrigger": value})
+    assert err.field == "option maxoffsetspertrigger"
+    assert problem in err.problem
+    assert value.strip() in err.problem
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("true", True), ("FALSE", False), (" True ", True)]
+)
+def test_fail_on_data_loss(value: str, expected: bool) -> None:
+    assert parse(failOnDataLoss=value).fail_on_data_loss is expected
+
+
+@pytest.mark.parametrize("value", ["yes", "0", "1", ""])
+def test_bad_fail_on_data_loss(value: str) -> None:
+    err = refused({**BASE, "failOnDataLoss": value})
+    assert err.field == "option failondataloss"
+    assert "true or false" in err.problem
+
+
+def test_other_options() -> None:
+    o = parse(
+        includeHeaders="true",
+        minPartitions="8",
+        maxRecordsPerPartition="5000",
+        queryId="q-1",
+        commitGroupId="grp",
+        coordinatorTimeoutMs="2500",
+        coordinatorTlsCa="/etc/ca.pem",
+    )
+    assert o.include_headers is True
+    assert o.min_partitions == 8
+    assert o.max_records_per_partition == 5000
+    assert o.query_id == "q-1"
+    assert o.commit_group_id == "grp"
+    assert o.coordinator_timeout_s == 2.5
+    assert o.coordinator_tls_ca == "/etc/ca.pem"
+
+
+@pytest.mark.parametrize("key", ["minPartitions", "maxRecordsPerPartition"])
+def test_partition_options_must_be_positive(key: str) -> None:
+    err = refused({**BASE, key: "0"})
+    assert err.field == f"option {key.lower()}"
+
+
+def test_coordinator_timeout_may_be_zero() -> None:
+    assert parse(coordinatorTimeoutMs="0").coordinator_timeout_s == 0.0
+
+
+def test_unknown_option_is_refused_with_the_known_ones() -> None:
+    err = refused({**BASE, "startingOffset": "earliest"})
+    assert err.field == "option startingoffset"
+    assert "unknown option" in err.problem
+    for key in KNOWN:
+        if key != "path":
+            assert key in err.problem
+    assert "path" not in err.problem
+
+
+def test_path_is_ignored() -> None:
+    assert parse(path="/some/where") == parse()
+
+
+def test_non_string_values_are_accepted() -> None:
+    options: dict[str, Any] = {**BASE, "maxOffsetsPerTrigger": 10, "includeHeaders": True}
+    o = SourceOptions.parse(options, streaming=True)
+    assert o.max_offsets_per_trigger == 10
+    assert o.include_headers is True
+
+
+def test_options_are_frozen() -> None:
+    o = parse()
+    with pytest.raises(AttributeError):
+        o.stream = "other"  # type: ignore[misc]
