@@ -1,15 +1,15 @@
 """Assigning split ranges to Spark tasks.
 
-:func:`plan_tasks` turns the ranges of one micro-batch into a balanced set of
-tasks: ranges larger than a task's fair share are cut, small ones are grouped,
-and pieces go largest-first to the least-loaded task (LPT), so the heaviest
-and lightest tasks differ by at most one piece. Pieces of the same split that
-land in the same task are merged back into one contiguous range.
+:func:`plan_tasks` lays the ranges of one micro-batch end to end (sorted by
+split) and cuts that tape into ``n`` consecutive segments of equal size (they
+differ by at most one record). So small ranges are grouped, large ones are
+cut, every task reads at most ``max_records`` records, there are at least
+``min_partitions`` tasks whenever there are that many records, and a task
+never holds two pieces of one split.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -35,31 +35,37 @@ def cut(r: Range, piece: int) -> list[Range]:
 def plan_tasks(
     ranges: Iterable[Range], *, min_partitions: int = 1, max_records: int = 100_000
 ) -> list[list[Range]]:
-    """Group ``ranges`` into tasks: at least ``min_partitions`` of them when
-    there are that many records, none reading more than ``max_records``
-    (and none more than its fair share plus one piece)."""
-    live = [r for r in ranges if r.size > 0]
-    total = sum(r.size for r in live)
+    """Group ``ranges`` into balanced tasks (see the module docstring)."""
+    tape = _merge(sorted(r for r in ranges if r.size > 0))
+    total = sum(r.size for r in tape)
     if total == 0:
         return []
     n = min(total, max(min_partitions, math.ceil(total / max_records), 1))
-    piece = min(max_records, math.ceil(total / n))
-    pieces = [p for r in live for p in cut(r, piece)]
-    pieces.sort(key=lambda p: (-p.size, p.split, p.start))
-    bins: list[list[Range]] = [[] for _ in range(n)]
-    heap = [(0, i) for i in range(n)]
-    for p in pieces:
-        load, i = heapq.heappop(heap)
-        bins[i].append(p)
-        heapq.heappush(heap, (load + p.size, i))
-    return [_merge(b) for b in bins if b]
+    size, bigger = divmod(total, n)  # the first `bigger` tasks get one more record
+    tasks: list[list[Range]] = []
+    i, pos = 0, tape[0].start  # current range and position in it
+    for t in range(n):
+        want = size + (1 if t < bigger else 0)
+        task: list[Range] = []
+        while want:
+            r = tape[i]
+            take = min(want, r.until - pos)
+            task.append(Range(r.split, pos, pos + take))
+            want -= take
+            pos += take
+            if pos == r.until and i + 1 < len(tape):
+                i += 1
+                pos = tape[i].start
+        tasks.append(task)
+    return tasks
 
 
-def _merge(pieces: list[Range]) -> list[Range]:
+def _merge(ranges: list[Range]) -> list[Range]:
+    """Sorted ranges with contiguous ranges of the same split joined."""
     out: list[Range] = []
-    for p in sorted(pieces):
-        if out and out[-1].split == p.split and out[-1].until == p.start:
-            out[-1] = Range(p.split, out[-1].start, p.until)
+    for r in ranges:
+        if out and out[-1].split == r.split and out[-1].until == r.start:
+            out[-1] = Range(r.split, out[-1].start, r.until)
         else:
-            out.append(p)
+            out.append(r)
     return out

@@ -13,11 +13,15 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from multikafka._secrets import Properties
+
+#: A partition number written the one way str(int) writes it.
+_PARTITION = re.compile(r"0|[1-9][0-9]*")
 
 
 class ClusterState(str, enum.Enum):
@@ -183,9 +187,11 @@ class SplitId(NamedTuple):
     def parse(cls, text: str) -> SplitId:
         """Parse ``"cluster/topic/partition"``; raises ``ValueError`` if malformed."""
         parts = text.split("/")
-        if len(parts) != 3 or not parts[0] or not parts[1]:
-            raise ValueError(f"split id {text!r} is not 'cluster/topic/partition'")
+        if len(parts) != 3 or not parts[0] or not parts[1] or not _PARTITION.fullmatch(parts[2]):
+            raise ValueError(
+                f"split id {text!r} is not 'cluster/topic/partition' (partition like 0, 7, 12)"
+            )
         partition = int(parts[2])
-        if not 0 <= partition < 2**31:
+        if partition >= 2**31:
             raise ValueError(f"split id {text!r}: partition out of range")
         return cls(parts[0], parts[1], partition)

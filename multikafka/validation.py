@@ -54,7 +54,7 @@ def validate_name(value: object, field: str) -> str:
     """A stream or cluster name: letters, digits, ``.``, ``_``, ``-`` (no ``/``)."""
     if not isinstance(value, str):
         raise ValidationError(field, f"must be a string, got {_type(value)}")
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):
         raise ValidationError(
             field,
             f"{value!r} is not a valid name: use 1-128 letters, digits, '.', '_' or '-', "
@@ -72,7 +72,7 @@ def parse_duration_ms(value: object, field: str) -> int:
             raise ValidationError(field, "must not be negative")
         return value
     if isinstance(value, str):
-        m = _DURATION.match(value.strip())
+        m = _DURATION.fullmatch(value.strip())
         if m:
             return int(m.group(1)) * _DURATION_MS[m.group(2)]
     raise ValidationError(field, f"must be a duration such as 30s or 500ms, got {value!r}")
@@ -134,7 +134,7 @@ def _parse_bootstrap(value: object, field: str) -> str:
         raise ValidationError(field, "must name at least one broker as 'host:port'")
     for server in servers:
         host_port = server.split("://", 1)[-1]
-        m = _HOST_PORT.match(host_port)
+        m = _HOST_PORT.fullmatch(host_port)
         if not m or not 0 < int(m.group(2)) < 65536:
             raise ValidationError(field, f"{server!r} is not 'host:port' with a port in 1-65535")
     return ",".join(servers)
@@ -149,7 +149,7 @@ def _parse_topics(value: object, field: str) -> tuple[str, ...]:
     for i, topic in enumerate(value):
         if not isinstance(topic, str):
             raise ValidationError(f"{field}[{i}]", f"must be a string, got {_type(topic)}")
-        if not _TOPIC.match(topic) or topic in (".", ".."):
+        if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
             raise ValidationError(
                 f"{field}[{i}]",
                 f"{topic!r} is not a valid Kafka topic name (1-249 of letters, digits, '.', '_', '-')",

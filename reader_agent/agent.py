@@ -54,6 +54,11 @@ class ReaderAgent:
         #: (stream, cluster) -> desired state from the coordinator's events.
         self._desired: dict[Key, reader_pb2.ClusterDesired] = {}
         self.applied_generation = 0
+        #: Whether a snapshot arrived (so a cluster missing from _desired is gone).
+        self._synced = False
+        #: Clusters removed since they were last known (bounded), so tasks
+        #: still reading them abandon their ranges.
+        self._removed: dict[Key, None] = {}
         self._links: dict[str, CoordinatorLink] = {}
         self._stop = threading.Event()
         self._reaper = threading.Thread(
@@ -99,16 +104,17 @@ class ReaderAgent:
                     outcome,
                     include_headers=task.include_headers,
                     fail_on_data_loss=task.fail_on_data_loss,
-                    should_abandon=lambda: self._gone(key),
+                    should_abandon=lambda: self._gone(key, task.generation),
                 ):
                     yield record_batch(cols, cluster, include_headers=task.include_headers)
         finally:
             self._release(sub)
             with self._lock:
-                stats = self._stats.setdefault(key, SubReaderStats())
-                stats.records_read += outcome.records
-                stats.abandoned_ranges += len(outcome.abandoned)
-                stats.splits = {r.split for r in ranges}
+                stats = self._stats.get(key)  # gone if the cluster was removed meanwhile
+                if stats is not None:
+                    stats.records_read += outcome.records
+                    stats.abandoned_ranges += len(outcome.abandoned)
+                    stats.splits = {r.split for r in ranges}
             for (topic, partition), (offset, ts) in outcome.last.items():
                 report.marks.add(
                     split=f"{cluster}/{topic}/{partition}", last_offset=offset, last_timestamp_ms=ts
@@ -120,9 +126,17 @@ class ReaderAgent:
                     until_offset=r.until,
                 )
 
-    def _gone(self, key: Key) -> bool:
-        desired = self._desired.get(key)
-        return desired is not None and desired.state in _NOT_READ
+    def _gone(self, key: Key, planned_at: int) -> bool:
+        """Whether ranges of ``key`` should be abandoned: its cluster is no
+        longer read, or was removed after the task was planned (an agent that
+        has not applied the task's generation yet cannot tell)."""
+        with self._lock:
+            desired = self._desired.get(key)
+            if desired is not None:
+                return desired.state in _NOT_READ
+            if key in self._removed:
+                return True
+            return self._synced and self.applied_generation >= planned_at
 
     def _acquire(self, key: Key, task: ReadTask) -> SubReader:
         conn = task.clusters[key[1]]
@@ -171,6 +185,7 @@ class ReaderAgent:
                     self._apply_one(
                         reader_pb2.ClusterDesired(stream=key[0], cluster=key[1], state="REMOVED")
                     )
+                self._synced = True
             for desired in event.clusters:
                 self._apply_one(desired)
             self.applied_generation = max(self.applied_generation, event.generation)
@@ -179,12 +194,16 @@ class ReaderAgent:
         key = (desired.stream, desired.cluster)
         sub = self._subs.get(key)
         if desired.state == "REMOVED":
+            self._removed[key] = None
+            while len(self._removed) > 1024:
+                del self._removed[next(iter(self._removed))]
             self._desired.pop(key, None)
             self._stats.pop(key, None)
             if sub is not None:
                 self._retire(sub)
             return
         self._desired[key] = desired
+        self._removed.pop(key, None)
         if sub is None:
             return
         if desired.state in _NOT_READ:

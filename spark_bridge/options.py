@@ -66,10 +66,11 @@ class SourceOptions:
         coordinator = _required(opts, "coordinator")
         if ":" not in coordinator:
             raise ValidationError("option coordinator", f"{coordinator!r} is not host:port")
-        if streaming and ("endingoffsets" in opts or "endingtimestamp" in opts):
-            raise ValidationError(
-                "option endingOffsets", "only batch queries (spark.read) take an end"
-            )
+        for ending in ("endingoffsets", "endingtimestamp"):
+            if streaming and ending in opts:
+                raise ValidationError(
+                    f"option {ending}", "only batch queries (spark.read) take an end"
+                )
         return cls(
             coordinator=coordinator,
             stream=_required(opts, "stream"),
@@ -135,6 +136,13 @@ def _position(opts: Mapping[str, str], which: str, default: str) -> planner_pb2.
         offsets = ov.parse_json(raw, f"option {off_key}", allow_special=True)
         if not offsets:
             raise ValidationError(f"option {off_key}", "names no split")
+        if which == "ending":
+            early = sorted(s for s, o in offsets.items() if o == -2)
+            if early:
+                raise ValidationError(
+                    f"option {off_key}.{early[0]}",
+                    "-2 (earliest) is not a valid end; use -1 or an offset",
+                )
         fallback = Position.EARLIEST if which == "starting" else Position.LATEST
         return Position(kind=Position.SPECIFIC, offsets=offsets, fallback=fallback)
     raise ValidationError(

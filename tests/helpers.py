@@ -31,6 +31,12 @@ def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: f
         time.sleep(interval_s)
 
 
+#: Client settings every test stream carries. tansu answers a fetch only
+#: after the full fetch.wait.max.ms even when it has data (ARCHITECTURE.md);
+#: a short wait keeps reads fast in tests. Not a product default.
+TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
+
+
 def stream_doc(
     name: str, clusters: dict[str, tuple[str, list[str]]], **extra: Any
 ) -> dict[str, Any]:
@@ -38,7 +44,7 @@ def stream_doc(
     doc: dict[str, Any] = {
         "name": name,
         "clusters": {
-            cid: {"bootstrap_servers": bs, "topics": topics}
+            cid: {"bootstrap_servers": bs, "topics": topics, "properties": dict(TANSU_PROPERTIES)}
             for cid, (bs, topics) in clusters.items()
         },
     }

@@ -207,15 +207,21 @@ class KafkaRangeReader:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo])
         # (topic, partition) -> range, for ranges not read to their end yet
         pending = {(r.topic, r.partition): r for r in todo}
+        # Next offset to read per partition. consume(n) waits until n records
+        # arrived or the timeout passed, so never ask for more than are left.
+        nxt = {(r.topic, r.partition): r.start for r in todo}
         last_progress = time.monotonic()
         try:
             while pending:
-                msgs = consumer.consume(self._batch_size, timeout=self._poll_timeout_s)
+                left = sum(r.until - nxt[k] for k, r in pending.items())
+                msgs = consumer.consume(
+                    max(1, min(self._batch_size, left)), timeout=self._poll_timeout_s
+                )
                 if msgs:
                     good = self._drop_errors(msgs, pending, outcome, fail_on_data_loss)
                     if good:
                         last_progress = time.monotonic()
-                        cols = self._decode(good, pending, outcome, include_headers)
+                        cols = self._decode(good, pending, nxt, outcome, include_headers)
                         if cols is not None:
                             yield cols
                     continue
@@ -337,6 +343,7 @@ class KafkaRangeReader:
         self,
         msgs: list[Any],
         pending: dict[tuple[str, int], TopicPartitionRange],
+        nxt: dict[tuple[str, int], int],
         outcome: ReadOutcome,
         include_headers: bool,
     ) -> Columns | None:
@@ -351,6 +358,8 @@ class KafkaRangeReader:
         positions = self._consumer.position([TopicPartition(t, p) for t, p in keys])
         ends = {k: r.until for k, r in pending.items()}
         for key, pos in zip(keys, positions, strict=True):
+            if pos.offset >= 0:
+                nxt[key] = pos.offset
             if pos.offset >= pending[key].until:
                 self._finish(pending, key)
         keep: np.ndarray | None = None

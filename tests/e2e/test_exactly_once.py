@@ -81,7 +81,7 @@ def test_two_clusters_two_topics_exactly_once(
     rows = sink_rows(spark, tmp_path)  # type: ignore[arg-type]
     _assert_exactly_once([k for _, k, _, _, _ in rows], expected)
     # Each row's cluster/topic/partition/offset is where its key was produced.
-    for cluster, key, topic, partition, offset in rows:
+    for cluster, key, topic, partition, _offset in rows:
         if key.startswith("__fence__"):
             continue
         label, seq = key.rsplit(":", 1)
@@ -158,7 +158,8 @@ def test_topic_added_mid_query_is_read_from_earliest(
     missing, duplicated = sequence_report(
         [k for k in keys if k.startswith("added:")], {"added": 700}
     )
-    assert not missing and not duplicated
+    assert not missing
+    assert not duplicated
     # startingOffsets=latest: records from before the query started were not read.
     assert not any(k.startswith("first:") and int(k.split(":")[1]) < 500 for k in keys)
 
@@ -178,7 +179,7 @@ def test_batch_read(
     by_cluster = {r["cluster"]: r["count"] for r in df.groupBy("cluster").count().collect()}
     assert by_cluster == {"east": 2006, "west": 2006}  # 2 topics x (1000 + 3 fences)
     # endingOffsets as JSON: one split, up to offset 10.
-    (a, _) = kafka.shared(2)
+    (_a, _) = kafka.shared(2)
     split = f"east/{topics['t1']}/0"
     limited = (
         spark.read.format("multikafka")  # type: ignore[attr-defined]

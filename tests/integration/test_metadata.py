@@ -27,7 +27,9 @@ def _doc(name: str, kafka: KafkaClusters, **extra: object) -> dict[str, object]:
     doc = stream_doc(
         name, {"east": (a.bootstrap, ["orders"]), "west": (b.bootstrap, ["orders", "orders-eu"])}
     )
-    doc["clusters"]["east"]["properties"] = {"sasl.password": SECRET, "socket.timeout.ms": 5000}  # type: ignore[index]
+    doc["clusters"]["east"]["properties"].update(
+        {"sasl.password": SECRET, "socket.timeout.ms": 5000}
+    )  # type: ignore[index]
     doc.update(extra)
     return doc
 
@@ -35,7 +37,8 @@ def _doc(name: str, kafka: KafkaClusters, **extra: object) -> dict[str, object]:
 def test_put_get_list_delete(admin: AdminClient, kafka: KafkaClusters) -> None:
     name = uid("orders")
     info = admin.put_stream(_doc(name, kafka))
-    assert info.name == name and info.version > 0
+    assert info.name == name
+    assert info.version > 0
     doc = json.loads(admin.get_stream(name).document_json)
     assert doc["clusters"]["west"]["topics"] == ["orders", "orders-eu"]
     assert doc["clusters"]["west"]["state"] == "ACTIVE"

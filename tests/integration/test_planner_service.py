@@ -125,7 +125,7 @@ def test_plan_is_balanced_and_carries_connections(
     create_topics(b.bootstrap, {topic: 1})
     name = uid("s")
     doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
-    doc["clusters"]["a"]["properties"] = {"sasl.password": "pw"}
+    doc["clusters"]["a"]["properties"]["sasl.password"] = "pw"
     admin.put_stream(doc)
     start = {f"a/{topic}/0": 0, f"a/{topic}/1": 0, f"a/{topic}/2": 0, f"b/{topic}/0": 0}
     end = {f"a/{topic}/0": 900, f"a/{topic}/1": 100, f"a/{topic}/2": 50, f"b/{topic}/0": 2000}
@@ -137,7 +137,8 @@ def test_plan_is_balanced_and_carries_connections(
     assert max(loads) - min(loads) <= 763  # at most one piece (ceil(3050/4))
     conns = {c.cluster: c for c in plan.clusters}
     assert conns["a"].properties["sasl.password"] == "pw"  # executors need the real value
-    assert conns["a"].fingerprint and conns["a"].fingerprint != conns["b"].fingerprint
+    assert conns["a"].fingerprint
+    assert conns["a"].fingerprint != conns["b"].fingerprint
     # A split entering the vector has nothing to read in that batch.
     only_new = planner.plan(
         name, "q", {}, {f"a/{topic}/0": 5}, min_partitions=1, max_records_per_partition=1000

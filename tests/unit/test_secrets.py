@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -43,7 +44,12 @@ def test_plain_keys_are_not_secret(key: str) -> None:
     assert not is_secret(key)
 
 
-@pytest.mark.parametrize("render", [repr, str, lambda p: f"{p}", lambda p: "%s" % (p,)])
+def logged(p: Properties) -> str:
+    """What a log line with ``p`` as an argument says."""
+    return logging.LogRecord("t", logging.INFO, __file__, 1, "props: %s", (p,), None).getMessage()
+
+
+@pytest.mark.parametrize("render", [repr, str, lambda p: f"{p}", logged])
 def test_repr_and_str_hide_every_secret_value(render: Callable[[Properties], str]) -> None:
     text = render(props())
     for value in SECRETS.values():

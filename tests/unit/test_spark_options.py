@@ -168,11 +168,6 @@ def test_ending_refused_for_streaming(options: dict[str, str]) -> None:
     assert "batch" in err.problem
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: options.SourceOptions.parse names endingOffsets when a streaming query "
-    "sets endingTimestamp",
-)
 def test_ending_timestamp_refusal_names_ending_timestamp() -> None:
     err = refused({**BASE, "endingTimestamp": "5"}, streaming=True)
     assert err.field.lower() == "option endingtimestamp"
@@ -184,10 +179,6 @@ def test_earliest_is_not_an_end() -> None:
     assert "earliest is not a valid end" in err.problem
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: endingOffsets JSON accepts -2 (earliest) although 'earliest' is refused as an end",
-)
 def test_earliest_in_json_is_not_an_end() -> None:
     err = refused({**BASE, "endingOffsets": '{"east/orders/0": -2}'}, streaming=False)
     assert err.field.startswith("option endingoffsets")

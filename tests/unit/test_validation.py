@@ -545,19 +545,11 @@ def test_name_must_be_a_string() -> None:
     assert info.value.problem == "must be a string, got null"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: validation._NAME uses '$', which also matches before a trailing newline",
-)
 def test_name_with_trailing_newline_is_refused() -> None:
     with pytest.raises(ValidationError):
         validate_name("east\n", "clusters.east")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: validation._TOPIC uses '$', which also matches before a trailing newline",
-)
 def test_topic_with_trailing_newline_is_refused() -> None:
     err = invalid(doc(topics=["orders\n"]))
     assert err.field == "clusters.west.topics[0]"

@@ -1,0 +1,247 @@
+"""Reader agents and reconcile events (real coordinator, etcd, brokers).
+
+Agents run standalone in this process, exactly as they run inside Spark's
+Python workers, so their sub-readers can be inspected."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer
+
+from multikafka.admin_client import AdminClient
+from multikafka.devstack import CoordinatorThread
+from multikafka.devstack.data import create_topics, produce_sequence
+from multikafka.v1 import planner_pb2
+from reader_agent import ReaderAgent, ReadTask
+from spark_bridge.client import PlannerClient
+from spark_bridge.partition import partitions_from_plan
+from tests.conftest import KafkaClusters, uid
+from tests.helpers import eventually, stream_doc
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def agents() -> Iterator[list[ReaderAgent]]:
+    made: list[ReaderAgent] = []
+    yield made
+    for agent in made:
+        agent.close()
+
+
+def _agent(
+    agents: list[ReaderAgent], coordinator: CoordinatorThread, **kwargs: object
+) -> ReaderAgent:
+    agent = ReaderAgent(heartbeat_interval_s=0.5, **kwargs)  # type: ignore[arg-type]
+    agents.append(agent)
+    agent.connect(coordinator.address)
+    return agent
+
+
+def _tasks(coordinator: CoordinatorThread, stream: str, query: str = "q") -> list[ReadTask]:
+    """Plan the whole stream (earliest to latest) as tasks, like Spark would."""
+    client = PlannerClient(coordinator.address, timeout_s=5)
+    try:
+        start, _ = client.resolve(stream, planner_pb2.Position(kind=planner_pb2.Position.EARLIEST))
+        end, _ = client.resolve(stream, planner_pb2.Position(kind=planner_pb2.Position.LATEST))
+        plan = client.plan(
+            stream, query, start, end, min_partitions=1, max_records_per_partition=1_000_000
+        )
+    finally:
+        client.close()
+    parts = partitions_from_plan(
+        plan,
+        coordinator=coordinator.address,
+        stream=stream,
+        query_id=query,
+        include_headers=False,
+        fail_on_data_loss=True,
+    )
+    return [p.task for p in parts]
+
+
+def _read_all(agent: ReaderAgent, tasks: list[ReadTask]) -> list[str]:
+    keys: list[str] = []
+    for task in tasks:
+        for batch in agent.read(task):
+            keys += [k.decode() for k in batch.column("key").to_pylist()]
+    return keys
+
+
+def test_agents_register_subscribe_and_apply_every_change(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    (a,) = kafka.shared(1)
+    trio = [_agent(agents, coordinator) for _ in range(3)]
+    ids = {x.agent_id for x in trio}
+    eventually(lambda: ids <= {r.agent_id for r in admin.readers() if r.subscribed})
+    name = uid("reconcile")
+    info = admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [uid("t")])}))
+    eventually(lambda: all(x.applied_generation >= info.generation for x in trio))
+    # A change no agent holds anything for still reaches every agent.
+    info2 = admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [uid("t"), uid("u")])}))
+    assert info2.generation > info.generation
+    eventually(lambda: all(x.applied_generation >= info2.generation for x in trio))
+    readers = {r.agent_id: r for r in admin.readers()}
+    eventually(
+        lambda: all(
+            r.applied_generation >= info2.generation for r in admin.readers() if r.agent_id in ids
+        )
+    )
+    assert all(readers[i].pid == os.getpid() for i in ids)
+    coord = coordinator.coordinator
+    assert coord is not None
+    assert len(coord.reconciler.latencies) > 0
+
+
+def test_only_the_changed_subreader_restarts(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    a, b = kafka.shared(2)
+    moved = kafka.private("moved")
+    topic = uid("move")
+    for c in (a, b, moved):
+        create_topics(c.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 1, "a", range(20))
+    # b's data also lives on "moved" (same offsets): b's bootstrap moves there.
+    produce_sequence(b.bootstrap, topic, 1, "b", range(20))
+    produce_sequence(moved.bootstrap, topic, 1, "b", range(20))
+    name = uid("move")
+    agent = _agent(agents, coordinator)
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])}))
+    keys = _read_all(agent, _tasks(coordinator, name))
+    assert len([k for k in keys if not k.startswith("__fence__")]) == 40
+    before = {k: agent._subs[k] for k in agent.sub_readers()}
+    assert set(before) == {(name, "a"), (name, "b")}
+
+    info = admin.put_stream(
+        stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (moved.bootstrap, [topic])})
+    )
+    eventually(lambda: agent.applied_generation >= info.generation)
+    assert agent.sub_readers() == [(name, "a")]
+    assert agent._subs[(name, "a")] is before[(name, "a")]
+    assert before[(name, "b")].closed
+    assert not before[(name, "a")].closed
+    stats = {(s.stream, s.cluster): s for s in agent.stats()[1]}
+    assert stats[(name, "b")].restarts == 1
+    assert stats[(name, "a")].restarts == 0
+    # The restarted sub-reader reads from the new broker.
+    produce_sequence(moved.bootstrap, topic, 1, "b", range(20, 30))
+    keys = _read_all(agent, _tasks(coordinator, name, "q2"))
+    assert "b:25" in keys
+    assert agent._subs[(name, "b")].reader.connection.bootstrap_servers == moved.bootstrap  # type: ignore[attr-defined]
+    # The coordinator sees the restart in the agent's heartbeat.
+    eventually(
+        lambda: any(
+            f"{name}/b" in r.sub_readers for r in admin.readers() if r.agent_id == agent.agent_id
+        )
+    )
+
+
+def test_assignments_show_what_each_agent_read(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    (a,) = kafka.shared(1)
+    topic = uid("assign")
+    create_topics(a.bootstrap, {topic: 2})
+    produce_sequence(a.bootstrap, topic, 2, "a", range(10))
+    name = uid("assign")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    agent = _agent(agents, coordinator)
+    _read_all(agent, _tasks(coordinator, name))
+    held = eventually(lambda: {x.agent_id: set(x.splits) for x in admin.assignments(name)})
+    assert held[agent.agent_id] == {f"a/{topic}/0", f"a/{topic}/1"}
+
+
+def test_idle_subreaders_are_closed(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    (a,) = kafka.shared(1)
+    topic = uid("idle")
+    create_topics(a.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 1, "a", range(5))
+    name = uid("idle")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    agent = _agent(agents, coordinator, idle_timeout_s=0.3)
+    _read_all(agent, _tasks(coordinator, name))
+    eventually(lambda: agent.sub_readers() == [], timeout_s=10)
+
+
+def _os_threads() -> int:
+    """OS threads of this process, without the coordinator's Kafka-call pool
+    (a bounded ThreadPoolExecutor that starts its threads lazily)."""
+    pool = sum(1 for t in threading.enumerate() if t.name.startswith("multikafka-kafka"))
+    return len(os.listdir("/proc/self/task")) - pool
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _consumers() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, Consumer))
+
+
+def test_add_remove_cycles_leave_nothing_behind(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    """100 times: a cluster joins a stream, an agent reads from it, the
+    cluster leaves. Threads, file descriptors and consumer objects of this
+    process (agent and coordinator both live here) return to where they were."""
+    a, b = kafka.shared(2)
+    topic = uid("cycle")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 1})
+        produce_sequence(c.bootstrap, topic, 1, c.name, range(5))
+    name = uid("cycle")
+    base_doc = stream_doc(name, {"a": (a.bootstrap, [topic])})
+    full_doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "extra": (b.bootstrap, [topic])})
+    agent = _agent(agents, coordinator)
+    coord = coordinator.coordinator
+    assert coord is not None
+
+    def cycle() -> None:
+        admin.put_stream(full_doc)
+        tasks = _tasks(coordinator, name)
+        assert any(r.cluster == "extra" for t in tasks for r in t.ranges)
+        _read_all(agent, tasks)
+        assert (name, "extra") in agent.sub_readers()
+        info = admin.put_stream(base_doc)
+        eventually(lambda: agent.applied_generation >= info.generation)
+        assert (name, "extra") not in agent.tracked()
+
+    admin.put_stream(base_doc)
+    for _ in range(3):  # warm up thread pools and channels
+        cycle()
+    threads, fds, consumers = _os_threads(), _open_fds(), _consumers()
+    clients = coord.discovery.client_count()
+    for _ in range(100):
+        cycle()
+    eventually(lambda: _os_threads() <= threads, timeout_s=10)
+    assert _open_fds() <= fds
+    assert _consumers() == consumers
+    assert coord.discovery.client_count() == clients
+    assert [k for k in agent.tracked() if k[0] == name] == [(name, "a")]
+    names = {f"{s.stream}/{s.cluster}" for s in agent.stats()[1]}
+    assert f"{name}/extra" not in names
