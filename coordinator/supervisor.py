@@ -129,14 +129,15 @@ class Supervisor:
         queries = [q for q in self._queries.of_stream(view.name) if q.updated_ms >= horizon_ms]
         if not queries:
             return
-        for q in queries:
-            if any(q.offsets.get(split, end) < end for split, end in ends.items()):
-                return
+        # Done when no query holds a drained split any more: each read it to
+        # the captured end and retired it.
+        if any(split in q.offsets for q in queries for split in ends):
+            return
         self._drained.add(key)
         self._history.record(
             view.name,
             "drain-complete",
             cluster=cluster,
-            detail=f"every query ({len(queries)}) read {cluster} to its drain offsets; it can be removed",
+            detail=f"every query ({len(queries)}) read {cluster} to its drain offsets and retired its splits; it can be removed",
             generation=view.generation,
         )

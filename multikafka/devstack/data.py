@@ -8,6 +8,7 @@ tansu's high watermark right for everything before it (see ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Mapping
 
@@ -105,3 +106,75 @@ def produce_sequence(
     producer.flush()
     fence(bootstrap, topic, partitions)
     return n
+
+
+class MirroredFeed(threading.Thread):
+    """Produces ``label:seq`` records, each to a primary cluster and to its
+    mirror with the same record timestamp (what a timestamp-preserving mirror
+    does), in chunks with pauses, until stopped. After :meth:`lose_primary`
+    only the mirror gets records (producers and mirror moved on).
+
+    ``sent`` lists ``(seq, timestamp_ms)`` of every record the mirror got.
+    """
+
+    def __init__(
+        self,
+        primary: str,
+        mirror: str,
+        topic: str,
+        partitions: int,
+        label: str,
+        *,
+        chunk: int = 50,
+        pause_s: float = 0.05,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(name=f"feed-{label}", daemon=True)
+        self._primary = SequenceProducer(primary)
+        self._mirror = SequenceProducer(mirror)
+        self.mirror_bootstrap = mirror
+        self.topic = topic
+        self.partitions = partitions
+        self.label = label
+        self.chunk = chunk
+        self.pause_s = pause_s
+        self.limit = limit
+        self.sent: list[tuple[int, int]] = []
+        self.primary_alive = True
+        self._stop_event = threading.Event()
+        self._lock = threading.Lock()
+        self.error: BaseException | None = None
+
+    def lose_primary(self) -> None:
+        with self._lock:
+            self.primary_alive = False
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """Stop producing, fence the mirror; returns how many records were sent."""
+        self._stop_event.set()
+        self.join(timeout_s)
+        if self.error is not None:
+            raise RuntimeError("feed failed") from self.error
+        fence(self.mirror_bootstrap, self.topic, self.partitions)
+        return len(self.sent)
+
+    def run(self) -> None:
+        seq = 0
+        try:
+            while not self._stop_event.is_set() and (self.limit is None or seq < self.limit):
+                n = self.chunk if self.limit is None else min(self.chunk, self.limit - seq)
+                ts = int(time.time() * 1000)
+                seqs = range(seq, seq + n)
+                with self._lock:
+                    if self.primary_alive:
+                        self._primary.produce(
+                            self.topic, self.partitions, self.label, seqs, timestamp_ms=ts
+                        )
+                        self._primary.flush()
+                self._mirror.produce(self.topic, self.partitions, self.label, seqs, timestamp_ms=ts)
+                self._mirror.flush()
+                self.sent.extend((s, ts) for s in seqs)
+                seq += n
+                self._stop_event.wait(self.pause_s)
+        except BaseException as exc:
+            self.error = exc
