@@ -15,6 +15,7 @@ from coordinator.discovery import Discovery
 from coordinator.history import History
 from coordinator.metadata import MetadataStore
 from coordinator.metrics import Metrics
+from coordinator.queries import QueryStore
 from coordinator.stream_state import FailoverRecord, StreamStatus, StreamView
 from multikafka.exceptions import (
     NotFoundError,
@@ -30,9 +31,15 @@ logger = logging.getLogger(__name__)
 
 class ClusterOperations:
     def __init__(
-        self, store: MetadataStore, discovery: Discovery, history: History, metrics: Metrics
+        self,
+        store: MetadataStore,
+        discovery: Discovery,
+        queries: QueryStore,
+        history: History,
+        metrics: Metrics,
     ) -> None:
         self._store = store
+        self._queries = queries
         self._discovery = discovery
         self._history = history
         self._metrics = metrics
@@ -75,33 +82,39 @@ class ClusterOperations:
             )
         offsets = await self.capture_drain(view, cluster)
         status = replace(view.status, drains={**view.status.drains, cluster: offsets})
-        await self._write(view, status, _with_state(view.spec, {cluster: ClusterState.DRAINING}))
+        rev = await self._write(
+            view, status, _with_state(view.spec, {cluster: ClusterState.DRAINING})
+        )
         self._metrics.drains.labels(stream, cluster).inc()
         self._history.record(
             stream,
             "drain",
             cluster=cluster,
             detail=f"reading up to {sum(offsets.values())} records' end offsets captured over {len(offsets)} splits, then retiring",
-            generation=view.generation,
+            generation=rev,
         )
-        return await self._applied(stream)
+        return self._store.get(stream)
 
     async def fail(self, stream: str, cluster: str, reason: str = "") -> StreamView:
         view = self._cluster_of(stream, cluster)
-        await self._write(view, view.status, _with_state(view.spec, {cluster: ClusterState.FAILED}))
+        rev = await self._write(
+            view, view.status, _with_state(view.spec, {cluster: ClusterState.FAILED})
+        )
         self._history.record(
             stream,
             "fail",
             cluster=cluster,
             detail=reason or "marked FAILED by admin",
-            generation=view.generation,
+            generation=rev,
         )
-        return await self._applied(stream)
+        return self._store.get(stream)
 
     async def activate(self, stream: str, cluster: str) -> StreamView:
         view = self._cluster_of(stream, cluster)
+        if view.spec.clusters[cluster].state is ClusterState.FAILED:
+            self._check_retired(view, cluster)
         drains = {c: o for c, o in view.status.drains.items() if c != cluster}
-        await self._write(
+        rev = await self._write(
             view,
             replace(view.status, drains=drains),
             _with_state(view.spec, {cluster: ClusterState.ACTIVE}),
@@ -111,9 +124,26 @@ class ClusterOperations:
             "activate",
             cluster=cluster,
             detail="marked ACTIVE by admin",
-            generation=view.generation,
+            generation=rev,
         )
-        return await self._applied(stream)
+        return self._store.get(stream)
+
+    def _check_retired(self, view: StreamView, cluster: str) -> None:
+        """A FAILED cluster comes back as a new start: its splits join running
+        queries from its starting position. That is only sound once no running
+        query still holds its splits from before (their offsets may not mean
+        the same on the cluster that comes back)."""
+        prefix = f"{cluster}/"
+        holding = [
+            q.query_id
+            for q in self._queries.running(view.name)
+            if any(s.startswith(prefix) for s in q.offsets)
+        ]
+        if holding:
+            raise PreconditionError(
+                f"queries {', '.join(sorted(holding))} still hold splits of {cluster!r} from before it failed; "
+                "activate it once they have committed a batch since the failure (their splits then retire)"
+            )
 
     async def failover(
         self,
@@ -156,7 +186,7 @@ class ClusterOperations:
         spec = _with_state(
             view.spec, {from_cluster: ClusterState.FAILED, to_cluster: ClusterState.ACTIVE}
         )
-        await self._write(view, status, spec)
+        rev = await self._write(view, status, spec)
         mode = "automatic" if automatic else "admin"
         self._metrics.failovers.labels(stream, from_cluster, to_cluster, mode).inc()
         self._history.record(
@@ -165,20 +195,19 @@ class ClusterOperations:
             cluster=from_cluster,
             detail=f"{from_cluster} -> {to_cluster}, strategy {strategy.value}, margin {margin_ms} ms"
             + (f": {reason}" if reason else ""),
-            generation=view.generation,
+            generation=rev,
         )
-        return await self._applied(stream)
+        return self._store.get(stream)
 
-    async def _write(self, view: StreamView, status: StreamStatus, spec: StreamSpec) -> None:
-        rev = 0
+    async def _write(self, view: StreamView, status: StreamStatus, spec: StreamSpec) -> int:
+        """Write status, then document; wait until applied; return the revision."""
+        rev = view.generation
         if status != view.status:
             rev = await self._store.put_status(view.name, status, view.status_revision)
         if spec != view.spec:
             rev = await self._store.put_stream(spec, view.spec_revision)
         await self._store.wait_applied(rev)
-
-    async def _applied(self, stream: str) -> StreamView:
-        return self._store.get(stream)
+        return rev
 
 
 def _with_state(spec: StreamSpec, states: dict[str, ClusterState]) -> StreamSpec:

@@ -68,18 +68,14 @@ def allocate(backlog: Mapping[str, int], budget: int | None) -> dict[str, int]:
 
 
 def new_splits(start: Mapping[str, int], clusters: Mapping[str, ClusterSnapshot]) -> list[str]:
-    """Splits that would enter the vector: discovered on a readable cluster and
-    not in ``start`` (for a DRAINING one, only splits that still have data to drain)."""
-    out = []
+    """Splits that would enter the vector: discovered on an ACTIVE cluster and
+    not in ``start``. A DRAINING cluster admits none: a query reads only the
+    splits it already holds to the drain end, then retires them for good."""
+    out: list[str] = []
     for snap in clusters.values():
-        if not snap.state.readable:
+        if snap.state is not ClusterState.ACTIVE:
             continue
-        for s in snap.splits:
-            if s in start:
-                continue
-            if snap.state is ClusterState.DRAINING and (snap.drain is None or s not in snap.drain):
-                continue
-            out.append(s)
+        out.extend(s for s in snap.splits if s not in start)
     return sorted(out)
 
 

@@ -19,6 +19,9 @@ from multikafka.offsets import OffsetVector
 
 logger = logging.getLogger(__name__)
 
+#: A query that committed within this many seconds counts as running.
+RUNNING_WITHIN_S = 3600.0
+
 
 @dataclass
 class QueryProgress:
@@ -71,6 +74,11 @@ class QueryStore:
 
     def of_stream(self, stream: str) -> list[QueryProgress]:
         return [q for q in self.all() if q.stream == stream]
+
+    def running(self, stream: str, within_s: float = RUNNING_WITHIN_S) -> list[QueryProgress]:
+        """Queries of ``stream`` that committed within ``within_s`` seconds."""
+        horizon = (time.time() - within_s) * 1000
+        return [q for q in self.of_stream(stream) if q.updated_ms >= horizon]
 
     async def commit(self, query_id: str, stream: str, end: Mapping[str, int]) -> QueryProgress:
         q = self._queries.setdefault(query_id, QueryProgress(query_id, stream))

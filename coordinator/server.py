@@ -76,7 +76,9 @@ class Coordinator:
         self.discovery = Discovery(
             config, self._executor, client_factory=client_factory, on_shrink=self._shrunk
         )
-        self.operations = ClusterOperations(self.store, self.discovery, self.history, self.metrics)
+        self.operations = ClusterOperations(
+            self.store, self.discovery, self.queries, self.history, self.metrics
+        )
         self.reconciler = Reconciler(
             self.store, self.discovery, self.registry, self.operations, self.history, self.metrics
         )

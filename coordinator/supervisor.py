@@ -25,9 +25,6 @@ from multikafka.model import ClusterState
 
 logger = logging.getLogger(__name__)
 
-#: Queries that committed within this many seconds count as running.
-ACTIVE_QUERY_S = 3600
-
 
 class Supervisor:
     def __init__(
@@ -125,8 +122,7 @@ class Supervisor:
         if key in self._drained:
             return
         ends = view.status.drains[cluster]
-        horizon_ms = (time.time() - ACTIVE_QUERY_S) * 1000
-        queries = [q for q in self._queries.of_stream(view.name) if q.updated_ms >= horizon_ms]
+        queries = self._queries.running(view.name)
         if not queries:
             return
         # Done when no query holds a drained split any more: each read it to

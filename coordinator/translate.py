@@ -28,7 +28,7 @@ from coordinator.discovery import Discovery
 from coordinator.marks import ReadMarks
 from coordinator.stream_state import FailoverRecord, StreamView
 from multikafka.exceptions import UnavailableError
-from multikafka.model import FailoverStrategy, SplitId, StartingPosition, StartKind
+from multikafka.model import ClusterState, FailoverStrategy, SplitId, StartingPosition, StartKind
 from multikafka.providers import OffsetQuery
 
 logger = logging.getLogger(__name__)
@@ -95,9 +95,7 @@ class EntryResolver:
         if cc is None:
             return {}, []
         record = view.status.failover_into(cluster)
-        if record is not None and any(
-            SplitId.parse(s).cluster == record.from_cluster for s in start
-        ):
+        if record is not None and self._applies(view, record, start):
             return await self._translate(view, record, splits, start, abandoned)
         query = _query_for(view.spec.clusters[cluster].starting)
         try:
@@ -109,6 +107,15 @@ class EntryResolver:
         return {
             str(s): found[(s.topic, s.partition)] for s in splits if (s.topic, s.partition) in found
         }, []
+
+    @staticmethod
+    def _applies(view: StreamView, record: FailoverRecord, start: Mapping[str, int]) -> bool:
+        """A failover decides where its target starts only while the failed
+        cluster is still FAILED and the query still holds its splits."""
+        source = view.spec.clusters.get(record.from_cluster)
+        if source is None or source.state is not ClusterState.FAILED:
+            return False
+        return any(SplitId.parse(s).cluster == record.from_cluster for s in start)
 
     async def _translate(
         self,

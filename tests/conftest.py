@@ -107,6 +107,17 @@ class KafkaClusters:
         self._private.append(broker)
         return Cluster(broker.name, broker.bootstrap, broker)
 
+    def replace(self, cluster: Cluster) -> Cluster:
+        """A new, empty broker on the port of ``cluster``'s (stopped) one:
+        the cluster coming back after losing its data."""
+        old = cluster.require_process()
+        old.stop()
+        broker = TansuBroker(
+            self._work_dir, f"{old.name}-again{next(self._seq)}", port=old.port
+        ).start()
+        self._private.append(broker)
+        return Cluster(cluster.name, broker.bootstrap, broker)
+
     def stop(self) -> None:
         for broker in self._private:
             broker.stop()

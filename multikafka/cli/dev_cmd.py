@@ -60,7 +60,15 @@ def dev_up(clusters: str, listen: str, etcd_port: int, metrics_listen: str) -> N
 )
 def demo_command(records: int, failover: bool) -> None:
     """Run the main job end to end on the embedded default stack."""
+    import logging
+
     from multikafka.demo import run_demo
+
+    # The demo prints the coordinator's history at the end; keep its INFO
+    # lines from interleaving with the progress bars (--log-level overrides).
+    parent = click.get_current_context().parent
+    if parent is None or parent.params.get("log_level") is None:
+        logging.getLogger().setLevel(logging.WARNING)
 
     result = run_demo(records, failover=failover)
     sys.exit(0 if result.ok else 1)

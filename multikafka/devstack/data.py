@@ -108,19 +108,18 @@ def produce_sequence(
     return n
 
 
-class MirroredFeed(threading.Thread):
-    """Produces ``label:seq`` records, each to a primary cluster and to its
-    mirror with the same record timestamp (what a timestamp-preserving mirror
-    does), in chunks with pauses, until stopped. After :meth:`lose_primary`
-    only the mirror gets records (producers and mirror moved on).
+class Feed(threading.Thread):
+    """Produces ``label:seq`` records in chunks with pauses until stopped or
+    ``limit`` is reached. Each chunk goes to every current target cluster with
+    the same record timestamp, which is what a timestamp-preserving mirror
+    does; :meth:`route` moves producers (and mirrors) between clusters.
 
-    ``sent`` lists ``(seq, timestamp_ms)`` of every record the mirror got.
+    ``sent`` lists ``(seq, timestamp_ms)`` of every record produced.
     """
 
     def __init__(
         self,
-        primary: str,
-        mirror: str,
+        targets: list[str],
         topic: str,
         partitions: int,
         label: str,
@@ -130,9 +129,6 @@ class MirroredFeed(threading.Thread):
         limit: int | None = None,
     ) -> None:
         super().__init__(name=f"feed-{label}", daemon=True)
-        self._primary = SequenceProducer(primary)
-        self._mirror = SequenceProducer(mirror)
-        self.mirror_bootstrap = mirror
         self.topic = topic
         self.partitions = partitions
         self.label = label
@@ -140,23 +136,33 @@ class MirroredFeed(threading.Thread):
         self.pause_s = pause_s
         self.limit = limit
         self.sent: list[tuple[int, int]] = []
-        self.primary_alive = True
-        self._stop_event = threading.Event()
-        self._lock = threading.Lock()
         self.error: BaseException | None = None
+        self._producers: dict[str, SequenceProducer] = {}
+        self._targets = list(targets)
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._fenced = False
 
-    def lose_primary(self) -> None:
+    def route(self, targets: list[str]) -> None:
+        """From the next chunk on, produce to ``targets`` only."""
         with self._lock:
-            self.primary_alive = False
+            self._targets = list(targets)
 
     def stop(self, timeout_s: float = 30.0) -> int:
-        """Stop producing, fence the mirror; returns how many records were sent."""
+        """Stop producing, fence the current targets; returns records sent."""
         self._stop_event.set()
         self.join(timeout_s)
         if self.error is not None:
             raise RuntimeError("feed failed") from self.error
-        fence(self.mirror_bootstrap, self.topic, self.partitions)
+        self._fence()
         return len(self.sent)
+
+    def _fence(self) -> None:
+        with self._lock:
+            if not self._fenced:
+                for bootstrap in self._targets:
+                    fence(bootstrap, self.topic, self.partitions)
+                self._fenced = True
 
     def run(self) -> None:
         seq = 0
@@ -165,16 +171,19 @@ class MirroredFeed(threading.Thread):
                 n = self.chunk if self.limit is None else min(self.chunk, self.limit - seq)
                 ts = int(time.time() * 1000)
                 seqs = range(seq, seq + n)
-                with self._lock:
-                    if self.primary_alive:
-                        self._primary.produce(
+                with self._lock:  # a route change waits for the chunk in flight
+                    for bootstrap in self._targets:
+                        producer = self._producers.get(bootstrap)
+                        if producer is None:
+                            producer = self._producers[bootstrap] = SequenceProducer(bootstrap)
+                        producer.produce(
                             self.topic, self.partitions, self.label, seqs, timestamp_ms=ts
                         )
-                        self._primary.flush()
-                self._mirror.produce(self.topic, self.partitions, self.label, seqs, timestamp_ms=ts)
-                self._mirror.flush()
-                self.sent.extend((s, ts) for s in seqs)
+                        producer.flush()
+                    self.sent.extend((s, ts) for s in seqs)
                 seq += n
                 self._stop_event.wait(self.pause_s)
+            if self.limit is not None and seq >= self.limit:
+                self._fence()  # all produced: make the end readable at once
         except BaseException as exc:
             self.error = exc

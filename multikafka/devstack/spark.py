@@ -18,6 +18,7 @@ def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession
     its threads run (set ``GRPC_ENABLE_FORK_SUPPORT=0`` to be safe either way).
     """
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession

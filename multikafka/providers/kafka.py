@@ -262,7 +262,7 @@ class KafkaRangeReader:
             if err.code() == KafkaError._PARTITION_EOF:
                 continue
             if err.code() == KafkaError._AUTO_OFFSET_RESET:
-                self._skip_deleted(m.topic(), m.partition(), pending, outcome, fail_on_data_loss)
+                self._out_of_range(m.topic(), m.partition(), pending, outcome, fail_on_data_loss)
                 continue
             if err.fatal() or not err.retriable():
                 raise UnavailableError(f"cluster {self.connection.cluster}: {err.str()}")
@@ -283,7 +283,7 @@ class KafkaRangeReader:
             "records lost, skipping", extra={"split": split, "lost": to - frm, "why": why}
         )
 
-    def _skip_deleted(
+    def _out_of_range(
         self,
         topic: str,
         partition: int,
@@ -291,14 +291,21 @@ class KafkaRangeReader:
         outcome: ReadOutcome,
         fail_on_data_loss: bool,
     ) -> None:
-        """The range starts before the log start: records were deleted."""
+        """The broker says the offset to read is out of range: either before
+        the log start (records deleted by retention) or past the log end (the
+        partition was truncated or recreated). Never read elsewhere instead."""
         r = pending.get((topic, partition))
         if r is None:
             return
-        low, _ = self._consumer.get_watermark_offsets(
+        low, high = self._consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=self._watermark_timeout_s
         )
         pos = self._position(r)
+        if pos >= high:
+            self._data_loss(r, pos, r.until, f"the partition now ends at {high}", fail_on_data_loss)
+            outcome.lost += r.until - pos
+            self._finish(pending, (topic, partition))
+            return
         lost_until = min(low, r.until)
         self._data_loss(r, pos, lost_until, "deleted before they were read", fail_on_data_loss)
         outcome.lost += max(lost_until - pos, 0)

@@ -11,7 +11,7 @@ import pytest
 
 from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.data import MirroredFeed, create_topics, produce_sequence
+from multikafka.devstack.data import Feed, create_topics, produce_sequence
 from tests.conftest import KafkaClusters, uid
 from tests.e2e.spark_helpers import sink_keys, sink_rows, source, start_to_parquet
 from tests.helpers import eventually, sequence_report, stream_doc
@@ -91,7 +91,7 @@ def _failover_run(
     strategy: str,
     margin_ms: int,
     automatic: bool = False,
-) -> tuple[list[tuple[str, str, str, int, int]], MirroredFeed, Any]:
+) -> tuple[list[tuple[str, str, str, int, int]], Feed, Any]:
     """A stream read from a primary whose mirror is a STANDBY cluster; the
     primary is killed mid-stream and the stream fails over to the mirror."""
     primary = kafka.private("primary")
@@ -111,7 +111,7 @@ def _failover_run(
             "margin_ms": margin_ms,
         }
     admin.put_stream(doc)
-    feed = MirroredFeed(primary.bootstrap, mirror.bootstrap, topic, 2, "r", chunk=40, pause_s=0.05)
+    feed = Feed([primary.bootstrap, mirror.bootstrap], topic, 2, "r", chunk=40, pause_s=0.05)
     query = _start(spark, coordinator, name, out)
     run_id = query.runId
     feed.start()
@@ -119,7 +119,7 @@ def _failover_run(
     eventually(
         lambda: sum(1 for r in sink_rows(spark, out) if r[0] == "primary") > 500, timeout_s=60
     )
-    feed.lose_primary()
+    feed.route([mirror.bootstrap])
     primary.require_process().process.kill()
     if automatic:
         eventually(
@@ -140,7 +140,7 @@ def _failover_run(
 
 
 def _duplicates_within_margin(
-    rows: list[tuple[str, str, str, int, int]], feed: MirroredFeed, margin_ms: int
+    rows: list[tuple[str, str, str, int, int]], feed: Feed, margin_ms: int
 ) -> None:
     keys = [k for _, k, _, _, _ in rows]
     missing, duplicated = sequence_report(keys, {"r": len(feed.sent)})
@@ -351,3 +351,67 @@ def test_connection_change_restarts_only_that_subreader(
     assert not missing
     assert not duplicated
     assert query.exception() is None
+
+
+def test_failover_then_migrate_back(
+    spark: Any,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    """east fails over to its mirror west; east comes back empty; the stream
+    migrates back (east ACTIVE, west drained). One query run throughout."""
+    from multikafka import PreconditionError
+    from multikafka.devstack.data import fence
+
+    east = kafka.private("east")
+    (west,) = kafka.shared(1)
+    topic = uid("back")
+    for c in (east, west):
+        create_topics(c.bootstrap, {topic: 2})
+    name = uid("back")
+    doc = stream_doc(name, {"east": (east.bootstrap, [topic]), "west": (west.bootstrap, [topic])})
+    doc["clusters"]["west"]["state"] = "STANDBY"
+    admin.put_stream(doc)
+    feed = Feed([east.bootstrap, west.bootstrap], topic, 2, "r", chunk=40, pause_s=0.05)
+    query = _start(spark, coordinator, name, tmp_path)
+    run_id = query.runId
+    feed.start()
+    eventually(
+        lambda: sum(1 for r in sink_rows(spark, tmp_path) if r[0] == "east") > 300, timeout_s=60
+    )
+    feed.route([west.bootstrap])
+    east.require_process().process.kill()
+    admin.failover(name, "east", "west", strategy="timestamp", margin_ms=1000)
+    eventually(
+        lambda: sum(1 for r in sink_rows(spark, tmp_path) if r[0] == "west") > 300, timeout_s=60
+    )
+    east = kafka.replace(east)
+    create_topics(east.bootstrap, {topic: 2})
+
+    def activated() -> bool:
+        try:
+            admin.activate(name, "east")
+        except PreconditionError:
+            return False
+        return True
+
+    eventually(activated, timeout_s=30)
+    feed.route([east.bootstrap])
+    fence(west.bootstrap, topic, 2)
+    admin.drain(name, "west")
+    sent = len(feed.sent)
+    eventually(lambda: len(feed.sent) > sent + 300, timeout_s=30)
+    total = feed.stop()
+    eventually(lambda: len(_counts(sink_keys(spark, tmp_path), "r:")) == total, timeout_s=90)
+    eventually(lambda: any(e.kind == "drain-complete" for e in admin.history(name)), timeout_s=30)
+    rows = sink_rows(spark, tmp_path)
+    keys = [k for _, k, _, _, _ in rows]
+    missing, duplicated = sequence_report(keys, {"r": total})
+    assert not missing
+    # Only the failover re-reads (inside its margin); the migration back
+    # duplicates nothing, and east's new data is read from its start.
+    assert len(duplicated) < total // 4
+    assert query.runId == run_id
+    assert query.isActive

@@ -207,17 +207,23 @@ def test_new_splits_of_unreadable_clusters_do_not_enter() -> None:
     assert plan.entered == []
 
 
-def test_new_split_of_draining_cluster_enters_only_with_data_to_drain() -> None:
+def test_draining_cluster_admits_no_new_split() -> None:
+    """A query reads the splits it holds to the drain end and retires them;
+    a drained split that left the vector must never come back (it would be
+    read again)."""
     clusters = {
         "c": snap(
             {"c/t/0": 10, "c/t/1": 10},
             state=ClusterState.DRAINING,
-            drain={"c/t/0": 10},
+            drain={"c/t/0": 10, "c/t/1": 10},
         )
     }
-    assert new_splits({}, clusters) == ["c/t/0"]
-    plan = plan_end({}, clusters, {"c/t/0": 2, "c/t/1": 2})
-    assert plan.end == {"c/t/0": 2}
+    assert new_splits({}, clusters) == []
+    assert plan_end({}, clusters, {"c/t/0": 2, "c/t/1": 2}).end == {NO_SPLITS: 0}
+    retired = plan_end({"c/t/0": 10, "c/t/1": 10}, clusters, {})
+    assert retired.end == {NO_SPLITS: 0}
+    again = plan_end(retired.end, clusters, {"c/t/0": 0, "c/t/1": 0})
+    assert again.end == {NO_SPLITS: 0}
 
 
 def test_new_splits_is_sorted_and_skips_known() -> None:

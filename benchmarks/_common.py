@@ -1,0 +1,103 @@
+"""Shared helpers of the benchmark scripts: machine facts, summaries, output.
+
+Every benchmark reports ratios against a baseline measured in the same run
+and repeats each measurement, because the machines we run on are small and
+shared (timings are noisy); :func:`summary` gives median, min and max.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT_DIR = ROOT / "benchmarks" / "out"
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        model = platform.processor()
+    mem_gib = 0.0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gib = int(line.split()[1]) / 1024 / 1024
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "ram_gib": round(mem_gib, 1),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "loadavg_at_start": list(os.getloadavg()),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Median, min and max (and the count) of repeated measurements."""
+    if not values:
+        return {"n": 0, "median": float("nan"), "min": float("nan"), "max": float("nan")}
+    return {
+        "n": len(values),
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) by linear interpolation."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def write_json(name: str, data: dict[str, Any]) -> Path:
+    """Write ``benchmarks/out/<name>`` and return its path."""
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    path = OUT_DIR / name
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def img_path(out: Path, name: str) -> Path:
+    """``<out>/img/<name>`` (``out`` is the docs directory), created as needed."""
+    target = out / "img"
+    target.mkdir(parents=True, exist_ok=True)
+    return target / name
+
+
+def resolve_out(out: str) -> Path:
+    """``--out`` relative to the repository root unless absolute."""
+    path = Path(out)
+    return path if path.is_absolute() else ROOT / path
+
+
+def quiet_logs() -> None:
+    """Keep the product's info logs out of the progress display."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING)
+    for name in ("multikafka", "coordinator", "reader_agent", "spark_bridge", "py4j"):
+        logging.getLogger(name).setLevel(logging.WARNING)
