@@ -1,0 +1,172 @@
+"""The ``multikafka`` command line against a running coordinator, and the
+coordinator's Prometheus endpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from multikafka.cli import main
+from multikafka.devstack import CoordinatorThread
+from multikafka.devstack.data import create_topics
+from tests.conftest import KafkaClusters, uid
+from tests.helpers import stream_doc
+
+pytestmark = pytest.mark.integration
+
+
+def _admin(coordinator: CoordinatorThread, *args: str, token: str = "") -> tuple[int, str]:
+    argv = ["admin", "--coordinator", coordinator.address]
+    if token:
+        argv += ["--token", token]
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        result = CliRunner().invoke(main, [*argv, *args])
+    finally:  # the CLI configures logging for its process; this is pytest's
+        root.handlers[:], root.level = handlers, level
+    # JSON and tables go to stdout, errors to stderr.
+    return result.exit_code, result.stdout if result.exit_code == 0 else result.stderr
+
+
+def test_streams_put_get_list_history_delete(
+    coordinator: CoordinatorThread, kafka: KafkaClusters, tmp_path: Path
+) -> None:
+    a, b = kafka.shared(2)
+    name = uid("cli")
+    doc = stream_doc(
+        name, {"east": (a.bootstrap, ["orders"]), "west": (b.bootstrap, ["orders", "orders-eu"])}
+    )
+    doc["clusters"]["east"]["properties"]["sasl.password"] = "p4ss"
+    path = tmp_path / "stream.json"
+    path.write_text(json.dumps(doc))
+
+    code, out = _admin(coordinator, "--json", "streams", "put", "--file", str(path))
+    assert code == 0, out
+    info = json.loads(out)
+    assert info["name"] == name
+    assert info["document"]["clusters"]["east"]["properties"]["sasl.password"] == "<redacted>"
+    assert "p4ss" not in out
+
+    code, out = _admin(coordinator, "--json", "streams", "get", name)
+    assert code == 0
+    assert {c["cluster"]: c["state"] for c in json.loads(out)["clusters"]} == {
+        "east": "ACTIVE",
+        "west": "ACTIVE",
+    }
+
+    code, out = _admin(coordinator, "streams", "get", name)  # human form
+    assert code == 0
+    assert name in out
+    assert "ACTIVE" in out
+
+    code, out = _admin(coordinator, "--json", "streams", "list")
+    assert name in {s["name"] for s in json.loads(out)}
+
+    code, out = _admin(coordinator, "--json", "streams", "history", name)
+    assert code == 0
+    assert json.loads(out)[0]["kind"] == "reconcile"
+
+    code, out = _admin(coordinator, "streams", "delete", name)
+    assert code == 0
+    code, out = _admin(coordinator, "streams", "get", name)
+    assert code == 1
+    assert "does not exist" in out
+
+
+def test_invalid_document_exits_non_zero_naming_the_field(
+    coordinator: CoordinatorThread, kafka: KafkaClusters, tmp_path: Path
+) -> None:
+    (a,) = kafka.shared(1)
+    doc = stream_doc(uid("bad"), {"east": (a.bootstrap, ["orders"])})
+    del doc["clusters"]["east"]["bootstrap_servers"]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    code, out = _admin(coordinator, "streams", "put", "--file", str(path))
+    assert code == 1
+    assert "clusters.east.bootstrap_servers: required" in out
+
+
+def test_cluster_operations_and_failover(
+    coordinator: CoordinatorThread, kafka: KafkaClusters, tmp_path: Path
+) -> None:
+    a, b = kafka.shared(2)
+    topic = uid("cliops")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 1})
+    name = uid("cliops")
+    doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
+    doc["clusters"]["b"]["state"] = "STANDBY"
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    assert _admin(coordinator, "streams", "put", "--file", str(path))[0] == 0
+
+    code, out = _admin(
+        coordinator,
+        "--json",
+        "failover",
+        "--stream",
+        name,
+        "--from",
+        "a",
+        "--to",
+        "b",
+        "--margin",
+        "5s",
+    )
+    assert code == 0, out
+    assert {c["cluster"]: c["state"] for c in json.loads(out)["clusters"]} == {
+        "a": "FAILED",
+        "b": "ACTIVE",
+    }
+    code, out = _admin(
+        coordinator, "--json", "cluster", "drain", "--stream", name, "--cluster", "b"
+    )
+    assert code == 0, out
+    code, out = _admin(
+        coordinator, "failover", "--stream", name, "--from", "a", "--to", "b", "--margin", "soon"
+    )
+    assert code == 1
+    assert "--margin" in out
+    code, out = _admin(coordinator, "--json", "streams", "history", name)
+    kinds = [e["kind"] for e in json.loads(out)]
+    assert "failover" in kinds
+    assert "drain" in kinds
+    for args in (["readers", "list"], ["queries", "list"], ["assignments", "--stream", name]):
+        code, out = _admin(coordinator, "--json", *args)
+        assert code == 0, out
+        assert isinstance(json.loads(out), list)
+
+
+def test_cli_token(make_coordinator: object) -> None:
+    coord = make_coordinator(admin_token="cli-t0ken")  # type: ignore[operator]
+    code, out = _admin(coord, "streams", "list")
+    assert code == 1
+    assert "authorization" in out
+    code, _ = _admin(coord, "streams", "list", token="cli-t0ken")
+    assert code == 0
+
+
+def test_metrics_endpoint(make_coordinator: object, kafka: KafkaClusters) -> None:
+    from multikafka.admin_client import AdminClient
+    from multikafka.devstack import free_port
+
+    port = free_port()
+    coord = make_coordinator(metrics_listen=f"127.0.0.1:{port}")  # type: ignore[operator]
+    (a,) = kafka.shared(1)
+    name = uid("metrics")
+    with AdminClient(coord.address) as admin:
+        info = admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [uid("t")])}))
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert f'multikafka_metadata_generation{{stream="{name}"}} {float(info.generation)}' in body
+    for family in (
+        "multikafka_reconcile_latency_seconds",
+        "multikafka_readers",
+        "multikafka_failovers_total",
+    ):
+        assert family in body
