@@ -45,7 +45,7 @@ integration: $(STAMP)
 	$(BIN)/pytest tests/integration tests/e2e $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) benchmarks/read_rate.py
+	cd benchmarks && ../$(PY) read_rate.py && ../$(PY) reconcile_latency.py && ../$(PY) failover_gap.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,214 @@
+"""Failover gap: how long a running Spark query gets no records after its
+cluster dies, until the first record from the cluster that takes over lands
+in the sink.
+
+    python benchmarks/failover_gap.py [--repeat 3] [--out docs]
+
+Each run: a primary cluster and its mirror (STANDBY, same records, same
+timestamps), a continuous feed, a query writing through ``foreachBatch`` (the
+batch function runs in this process and timestamps every batch per cluster).
+The primary is killed; then either the admin Failover call is made at once
+("admin"), or the coordinator fails over by itself after a 2 s unreachability
+window ("automatic"). Reported per run:
+
+* gap: failover call (admin) or kill (automatic) -> first mirror row in the sink;
+* lost records (must be 0) and duplicates (bounded by the 1 s margin).
+
+Writes ``benchmarks/out/failover_gap.json`` and a timeline plot of rows per
+batch and cluster around one failover, ``<out>/img/failover_timeline.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+from _common import img_path, machine, percentile, quiet_logs, resolve_out, summary, write_json
+from rich.console import Console
+
+from multikafka.admin_client import AdminClient
+from multikafka.devstack.data import Feed, create_topics
+from multikafka.devstack.processes import EtcdServer, temp_work_dir
+from multikafka.devstack.spark import local_spark
+from multikafka.devstack.stack import LocalStack
+
+console = Console()
+MARGIN_MS = 1000
+TANSU = {"fetch.wait.max.ms": "10"}
+
+
+@dataclass
+class Run:
+    mode: str
+    #: (wall time at the end of the batch, {cluster: rows})
+    batches: list[tuple[float, dict[str, int]]] = field(default_factory=list)
+    keys: dict[str, int] = field(default_factory=dict)
+    killed_at: float = 0.0
+    failover_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_batch(self, df: Any, batch_id: int) -> None:
+        rows = df.selectExpr("cluster", "cast(key as string) as k").where("k not like '__fence__%'").collect()
+        counts: dict[str, int] = {}
+        with self.lock:
+            for r in rows:
+                counts[r["cluster"]] = counts.get(r["cluster"], 0) + 1
+                self.keys[r["k"]] = self.keys.get(r["k"], 0) + 1
+            self.batches.append((time.time(), counts))
+
+    def rows_from(self, cluster: str) -> int:
+        with self.lock:
+            return sum(c.get(cluster, 0) for _, c in self.batches)
+
+    def first_from(self, cluster: str) -> float:
+        with self.lock:
+            return min((t for t, c in self.batches if c.get(cluster)), default=float("nan"))
+
+
+def _wait(check: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.02)
+
+
+def one_run(spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str) -> tuple[Run, dict[str, Any]]:
+    primary = stack.add_cluster(f"primary{i}")
+    mirror = stack.clusters["mirror"]
+    topic = f"gap{i}"
+    for bs in (primary.bootstrap, mirror.bootstrap):
+        create_topics(bs, {topic: 2})
+    name = f"gap-{mode}-{i}"
+    doc: dict[str, Any] = {
+        "name": name,
+        "clusters": {
+            "primary": {"bootstrap_servers": primary.bootstrap, "topics": [topic], "properties": TANSU},
+            "mirror": {
+                "bootstrap_servers": mirror.bootstrap,
+                "topics": [topic],
+                "properties": TANSU,
+                "state": "STANDBY",
+            },
+        },
+    }
+    if mode == "automatic":
+        doc["auto_failover"] = {"standby": "mirror", "unreachable_after": "2s", "margin_ms": MARGIN_MS}
+    admin.put_stream(doc)
+    run = Run(mode)
+    query = (
+        spark.readStream.format("multikafka")
+        .option("coordinator", stack.coordinator_address)
+        .option("stream", name)
+        .option("startingOffsets", "earliest")
+        .option("queryId", name)
+        .load()
+        .writeStream.foreachBatch(run.on_batch)
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    feed = Feed([primary.bootstrap, mirror.bootstrap], topic, 2, "r", chunk=100, pause_s=0.05)
+    feed.start()
+    try:
+        _wait(lambda: run.rows_from("primary") > 3000, 120, "query did not read the primary")
+        feed.route([mirror.bootstrap])
+        primary.process.kill()
+        run.killed_at = time.time()
+        if mode == "admin":
+            run.failover_at = time.time()
+            admin.failover(name, "primary", "mirror", strategy="timestamp", margin_ms=MARGIN_MS)
+        _wait(lambda: run.rows_from("mirror") > 0, 120, "no record from the mirror")
+        time.sleep(3)
+        total = feed.stop()
+        _wait(lambda: sum(1 for k in run.keys if k.startswith("r:")) >= total, 120, "not everything read")
+    finally:
+        query.stop()
+    start = run.failover_at if mode == "admin" else run.killed_at
+    lost = sum(1 for s in range(total) if f"r:{s}" not in run.keys)
+    dups = sum(c - 1 for c in run.keys.values() if c > 1)
+    result = {
+        "mode": mode,
+        "gap_s": run.first_from("mirror") - start,
+        "kill_to_first_mirror_row_s": run.first_from("mirror") - run.killed_at,
+        "records": total,
+        "lost": lost,
+        "duplicates": dups,
+    }
+    return run, result
+
+
+def plot(run: Run, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = run.killed_at
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for cluster, colour in (("primary", "tab:blue"), ("mirror", "tab:orange")):
+        pts = [(t - t0, c.get(cluster, 0)) for t, c in run.batches if -6 < t - t0 < 8]
+        ax.bar([p[0] for p in pts], [p[1] for p in pts], width=0.08, color=colour, label=f"rows from {cluster}")
+    ax.axvline(0, color="red", linestyle="--", label="primary killed")
+    if run.failover_at:
+        ax.axvline(run.failover_at - t0, color="black", linestyle=":", label="failover call")
+    ax.set_xlabel("seconds since the primary was killed")
+    ax.set_ylabel("rows per micro-batch")
+    ax.set_title(f"one query across a failover ({run.mode})")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
+    args = parser.parse_args()
+    quiet_logs()
+    out = resolve_out(args.out)
+    with console.status("starting Spark"):
+        spark = local_spark("failover-gap")
+    wd = temp_work_dir("failover-gap-")
+    stack = LocalStack(wd, EtcdServer(wd))
+    results: list[dict[str, Any]] = []
+    try:
+        with console.status("starting etcd, mirror cluster, coordinator"):
+            stack.etcd.start()
+            stack.add_cluster("mirror")
+            stack.start_coordinator(discovery_interval_s=0.5, cluster_timeout_s=1.0, unreachable_backoff_s=0.5)
+        with AdminClient(stack.coordinator_address) as admin:
+            for i, mode in enumerate([m for m in ("admin", "automatic") for _ in range(args.repeat)]):
+                with console.status(f"run {i + 1}: {mode} failover"):
+                    run, result = one_run(spark, stack, admin, i, mode)
+                results.append(result)
+                console.print(
+                    f"{mode:>9}: gap {result['gap_s']:.2f} s, lost {result['lost']}, "
+                    f"duplicates {result['duplicates']} of {result['records']}"
+                )
+                if i == 0:
+                    plot(run, img_path(out, "failover_timeline.png"))
+    finally:
+        spark.stop()
+        stack.stop()
+    per_mode = {
+        mode: {
+            "gap_s": summary([r["gap_s"] for r in results if r["mode"] == mode]),
+            "gap_p99_s": percentile([r["gap_s"] for r in results if r["mode"] == mode], 99),
+            "lost": sum(r["lost"] for r in results if r["mode"] == mode),
+        }
+        for mode in ("admin", "automatic")
+    }
+    path = write_json("failover_gap.json", {"machine": machine(), "runs": results, "summary": per_mode})
+    console.print(per_mode)
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
