@@ -55,7 +55,11 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_batch(self, df: Any, batch_id: int) -> None:
-        rows = df.selectExpr("cluster", "cast(key as string) as k").where("k not like '__fence__%'").collect()
+        rows = (
+            df.selectExpr("cluster", "cast(key as string) as k")
+            .where("k not like '__fence__%'")
+            .collect()
+        )
         counts: dict[str, int] = {}
         with self.lock:
             for r in rows:
@@ -80,7 +84,9 @@ def _wait(check: Any, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def one_run(spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str) -> tuple[Run, dict[str, Any]]:
+def one_run(
+    spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str
+) -> tuple[Run, dict[str, Any]]:
     primary = stack.add_cluster(f"primary{i}")
     mirror = stack.clusters["mirror"]
     topic = f"gap{i}"
@@ -90,7 +96,11 @@ def one_run(spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str
     doc: dict[str, Any] = {
         "name": name,
         "clusters": {
-            "primary": {"bootstrap_servers": primary.bootstrap, "topics": [topic], "properties": TANSU},
+            "primary": {
+                "bootstrap_servers": primary.bootstrap,
+                "topics": [topic],
+                "properties": TANSU,
+            },
             "mirror": {
                 "bootstrap_servers": mirror.bootstrap,
                 "topics": [topic],
@@ -100,7 +110,11 @@ def one_run(spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str
         },
     }
     if mode == "automatic":
-        doc["auto_failover"] = {"standby": "mirror", "unreachable_after": "2s", "margin_ms": MARGIN_MS}
+        doc["auto_failover"] = {
+            "standby": "mirror",
+            "unreachable_after": "2s",
+            "margin_ms": MARGIN_MS,
+        }
     admin.put_stream(doc)
     run = Run(mode)
     query = (
@@ -127,7 +141,11 @@ def one_run(spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str
         _wait(lambda: run.rows_from("mirror") > 0, 120, "no record from the mirror")
         time.sleep(3)
         total = feed.stop()
-        _wait(lambda: sum(1 for k in run.keys if k.startswith("r:")) >= total, 120, "not everything read")
+        _wait(
+            lambda: sum(1 for k in run.keys if k.startswith("r:")) >= total,
+            120,
+            "not everything read",
+        )
     finally:
         query.stop()
     start = run.failover_at if mode == "admin" else run.killed_at
@@ -154,7 +172,13 @@ def plot(run: Run, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for cluster, colour in (("primary", "tab:blue"), ("mirror", "tab:orange")):
         pts = [(t - t0, c.get(cluster, 0)) for t, c in run.batches if -6 < t - t0 < 8]
-        ax.bar([p[0] for p in pts], [p[1] for p in pts], width=0.08, color=colour, label=f"rows from {cluster}")
+        ax.bar(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            width=0.08,
+            color=colour,
+            label=f"rows from {cluster}",
+        )
     ax.axvline(0, color="red", linestyle="--", label="primary killed")
     if run.failover_at:
         ax.axvline(run.failover_at - t0, color="black", linestyle=":", label="failover call")
@@ -182,9 +206,13 @@ def main() -> None:
         with console.status("starting etcd, mirror cluster, coordinator"):
             stack.etcd.start()
             stack.add_cluster("mirror")
-            stack.start_coordinator(discovery_interval_s=0.5, cluster_timeout_s=1.0, unreachable_backoff_s=0.5)
+            stack.start_coordinator(
+                discovery_interval_s=0.5, cluster_timeout_s=1.0, unreachable_backoff_s=0.5
+            )
         with AdminClient(stack.coordinator_address) as admin:
-            for i, mode in enumerate([m for m in ("admin", "automatic") for _ in range(args.repeat)]):
+            for i, mode in enumerate(
+                [m for m in ("admin", "automatic") for _ in range(args.repeat)]
+            ):
                 with console.status(f"run {i + 1}: {mode} failover"):
                     run, result = one_run(spark, stack, admin, i, mode)
                 results.append(result)
@@ -205,7 +233,9 @@ def main() -> None:
         }
         for mode in ("admin", "automatic")
     }
-    path = write_json("failover_gap.json", {"machine": machine(), "runs": results, "summary": per_mode})
+    path = write_json(
+        "failover_gap.json", {"machine": machine(), "runs": results, "summary": per_mode}
+    )
     console.print(per_mode)
     console.print(f"wrote {path}")
 
