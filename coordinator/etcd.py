@@ -130,9 +130,7 @@ class Etcd:
                 yield WatchEvent(kv.key.decode(), value, int(kv.mod_revision))
         except aetcd.exceptions.RevisionCompactedError as exc:
             raise Compacted(str(exc)) from exc
-        except (aetcd.exceptions.ClientError, Exception) as exc:
-            if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-                raise
+        except Exception as exc:  # any break of the stream (gRPC errors surface unwrapped)
             raise UnavailableError(f"etcd watch at {self.endpoint} broke: {exc!r}") from exc
         finally:
             try:

@@ -66,46 +66,50 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         await asyncio.gather(
             *(self._discovery.discover(cc) for cc in readable if not cc.discovered)
         )
-        splits = {str(s): s for cc in readable for s in cc.splits()}
+        splits = {str(s) for cc in readable for s in cc.splits()}
         specific: dict[str, int] = {}
         if kind == Position.SPECIFIC:
             specific = self._check_specific(view, dict(pos.offsets))
             kind = pos.fallback or Position.EARLIEST
-        query = {
-            Position.EARLIEST: OffsetQuery.earliest(),
-            Position.LATEST: OffsetQuery.latest(),
+        earliest, latest = OffsetQuery.earliest(), OffsetQuery.latest()
+        fallback = {
+            Position.EARLIEST: earliest,
+            Position.LATEST: latest,
             Position.TIMESTAMP: OffsetQuery.at_time(pos.timestamp_ms),
         }.get(kind)
-        if query is None:
+        if fallback is None:
             raise ValidationError("position.kind", "use EARLIEST, LATEST, SPECIFIC or TIMESTAMP")
         out: dict[str, int] = {}
-        wanted = {s: v for s, v in specific.items() if v >= 0}
-        by_special: dict[OffsetQuery, list[str]] = defaultdict(list)
-        for s in splits:
-            v = specific.get(s)
-            if v is None:
-                by_special[query].append(s)
-            elif v < 0:
-                by_special[OffsetQuery.earliest() if v == -2 else OffsetQuery.latest()].append(s)
-        out.update(wanted)
-        for q, names in by_special.items():
-            out.update(await self._offsets_of(view, names, q))
+        lookups: dict[OffsetQuery, list[str]] = defaultdict(list)
+        for split in sorted(splits | set(specific)):
+            given = specific.get(split)
+            if given is None:
+                lookups[fallback].append(split)
+            elif given < 0:  # -2 earliest, -1 latest (Spark's convention)
+                lookups[earliest if given == -2 else latest].append(split)
+            else:
+                out[split] = given
+        for found in await asyncio.gather(
+            *(self._offsets_of(view, names, q) for q, names in lookups.items())
+        ):
+            out.update(found)
         return planner_pb2.ResolveOffsetsResponse(
             offsets=ov.canonical(out), generation=view.generation
         )
 
     def _check_specific(self, view: StreamView, offsets: dict[str, int]) -> dict[str, int]:
-        checked = ov.parse(offsets, "startingOffsets", allow_special=True)
+        checked = ov.parse(offsets, "position.offsets", allow_special=True)
         for s in checked:
             split = SplitId.parse(s)
             spec = view.spec.clusters.get(split.cluster)
             if spec is None:
                 raise ValidationError(
-                    f"startingOffsets.{s}", f"stream {view.name!r} has no cluster {split.cluster!r}"
+                    f"position.offsets.{s}",
+                    f"stream {view.name!r} has no cluster {split.cluster!r}",
                 )
             if split.topic not in spec.topics:
                 raise ValidationError(
-                    f"startingOffsets.{s}",
+                    f"position.offsets.{s}",
                     f"cluster {split.cluster!r} of stream {view.name!r} has no topic {split.topic!r}",
                 )
         return checked

@@ -125,14 +125,20 @@ class ReaderRegistry:
         """Queue ``event`` for every subscribed agent; returns how many."""
         sent = 0
         for agent in self.subscribed():
-            assert agent.queue is not None
+            queue = agent.queue
+            if queue is None:
+                continue
             try:
-                agent.queue.put_nowait(event)
+                queue.put_nowait(event)
                 sent += 1
             except asyncio.QueueFull:
+                # End the stream; the agent subscribes again and gets a snapshot.
                 logger.warning(
-                    "agent not keeping up; ending its subscription", extra={"agent": agent.agent_id}
+                    "agent not keeping up; resyncing it", extra={"agent": agent.agent_id}
                 )
+                while not queue.empty():
+                    queue.get_nowait()
+                queue.put_nowait(None)
                 agent.queue = None
         return sent
 

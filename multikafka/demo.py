@@ -294,6 +294,7 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
         def act(produced: int, read: int) -> str:
             if phase.n == 0 and produced >= records // 3 and read >= records // 5:
                 feed.route([west])  # the mirror keeps receiving; east is gone
+                phase.killed_at_seq = len(feed.sent)
                 east_broker.process.kill()
                 console.log(
                     "[red]east killed[/red]; failing over to west (timestamp strategy, margin 2s)"
@@ -334,7 +335,9 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
         query.stop()
         with console.status("verifying the sink"):
             result = verify(spark, wd / "sink", {"r": records})
-            result.allowed_duplicates = _margin_window(spark, wd / "sink", feed)
+            result.allowed_duplicates = _margin_window(
+                spark, wd / "sink", feed, phase.killed_at_seq
+            )
         _print_history(admin)
         print_verification(result, "rows read per cluster (one query, never restarted)")
         return result
@@ -348,23 +351,26 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
 class Phase:
     n: int
     note: str
+    #: records produced when east died (those below were on east)
+    killed_at_seq: int = 0
 
     def move(self, n: int, note: str) -> None:
         self.n, self.note = n, note
 
 
-def _margin_window(spark: SparkSession, sink: Path, feed: Feed) -> int:
+def _margin_window(spark: SparkSession, sink: Path, feed: Feed, killed_at_seq: int) -> int:
     """Records produced inside the failover margin before the last record read
-    from east (1 s slack: tansu looks times up by append time)."""
+    from east before it died (1 s slack: tansu looks times up by append time)."""
     keys = _keys(spark, sink)
-    before = {
-        int(r["k"].split(":")[1]) for r in keys.where("cluster = 'east'").select("k").collect()
-    }
     sent = dict(feed.sent)
-    first_phase = [sent[s] for s in before if s < len(feed.sent) // 2]
-    if not first_phase:
+    read_before = [
+        sent[s]
+        for r in keys.where("cluster = 'east'").select("k").collect()
+        if (s := int(r["k"].split(":")[1])) < killed_at_seq
+    ]
+    if not read_before:
         return 0
-    last = max(first_phase)
+    last = max(read_before)
     return sum(1 for _, ts in feed.sent if last - MARGIN_MS - 1000 <= ts <= last)
 
 

@@ -238,7 +238,8 @@ class CoordinatorThread:
 
     @property
     def address(self) -> str:
-        assert self.coordinator is not None, "start() first"
+        if self.coordinator is None:
+            raise RuntimeError("start() the coordinator first")
         return self.coordinator.address
 
     def stop(self) -> None:
