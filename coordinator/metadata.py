@@ -64,8 +64,9 @@ class MetadataStore:
         self._lock = asyncio.Lock()
         # One key range holds both prefixes ("status/" < "streams/").
         self._range = (self.status_prefix, prefix_end(self.streams_prefix.encode()).decode())
-        #: Highest etcd revision applied.
+        #: Highest etcd revision applied, and a condition notified when it moves.
         self._revision = 0
+        self._applied = asyncio.Condition()
         self.ready = asyncio.Event()
         self.watch_restarts = 0
 
@@ -117,14 +118,20 @@ class MetadataStore:
 
     async def wait_applied(self, revision: int, timeout_s: float = 5.0) -> None:
         """Wait until the watch has applied ``revision`` (read-your-writes for admin)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.revision < revision:
-            if loop.time() > deadline:
+        async with self._applied:
+            try:
+                await asyncio.wait_for(
+                    self._applied.wait_for(lambda: self._revision >= revision), timeout_s
+                )
+            except asyncio.TimeoutError:  # builtin TimeoutError only from Python 3.11
                 raise UnavailableError(
                     f"metadata revision {revision} not applied within {timeout_s}s"
-                )
-            await asyncio.sleep(0.01)
+                ) from None
+
+    async def _advance(self, revision: int) -> None:
+        async with self._applied:
+            self._revision = max(self._revision, revision)
+            self._applied.notify_all()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -156,7 +163,7 @@ class MetadataStore:
                 await self._apply_stream(
                     kv.key[len(self.streams_prefix) :], kv.value, kv.mod_revision
                 )
-            self._revision = max(self._revision, revision)
+            await self._advance(revision)
 
     async def _watch(self) -> None:
         while True:
@@ -164,7 +171,7 @@ class MetadataStore:
                 async for ev in self._etcd.watch_range(*self._range, self._revision + 1):
                     async with self._lock:
                         await self._apply_event(ev)
-                        self._revision = max(self._revision, ev.revision)
+                        await self._advance(ev.revision)
                 raise UnavailableError("watch ended")
             except Compacted:
                 logger.warning("watch revision compacted; reloading metadata")

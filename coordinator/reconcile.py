@@ -96,6 +96,7 @@ class Reconciler:
         """Every applied change becomes one event (agents track the generation
         even when nothing they hold changed); its entries are the clusters
         whose connection or state changed, or that were removed."""
+        seen = time.monotonic()  # latency runs from here to the last agent's acknowledgement
         self.generation = max(self.generation, change.revision)
         await self._discovery.sync(change.new, change.name)
         old = self._desired.get(change.name, {})
@@ -113,7 +114,7 @@ class Reconciler:
         else:
             self._desired.pop(change.name, None)
         self._account(change, old, new)
-        self._push(change.revision, changed)
+        self._push(change.revision, changed, seen)
         summary = describe(change)
         if summary:
             self._history.record(
@@ -131,7 +132,7 @@ class Reconciler:
             generation=rejection.revision,
         )
 
-    def _push(self, generation: int, changed: list[reader_pb2.ClusterDesired]) -> None:
+    def _push(self, generation: int, changed: list[reader_pb2.ClusterDesired], seen: float) -> None:
         event = reader_pb2.ReconcileEvent(
             generation=generation,
             snapshot=False,
@@ -145,7 +146,7 @@ class Reconciler:
         for cd in changed:
             self._metrics.reconciles.labels(cd.stream).inc()
         if waiting:
-            self._pending[generation] = _Pending(time.monotonic(), waiting)
+            self._pending[generation] = _Pending(seen, waiting)
 
     def on_applied(self, agent: Agent) -> None:
         """An agent applied a generation (or went away): settle what it owed."""

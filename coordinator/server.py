@@ -108,9 +108,8 @@ class Coordinator:
         self.marks.start()
         self.supervisor.start()
         await self._serve()
-        logger.info(
-            "coordinator serving", extra={"address": self.address, "etcd": str(self.config.etcd)}
-        )
+        listen = f"{self.config.listen.rsplit(':', 1)[0]}:{self.port}"
+        logger.info("coordinator serving", extra={"address": listen, "etcd": str(self.config.etcd)})
 
     async def _connect(self, wait_s: float) -> None:
         loop = asyncio.get_running_loop()

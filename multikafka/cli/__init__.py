@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
 from multikafka.cli.admin_cmd import admin_group
@@ -15,6 +17,13 @@ from multikafka.cli.logs import configure
 def main(log_level: str | None) -> None:
     """multikafka: read one logical Kafka stream from many clusters with Spark."""
     configure(log_level)
+    # SIGTERM (e.g. from `timeout` or a supervisor) exits like Ctrl-C does, so
+    # the processes a command started are stopped by its cleanup code.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 main.add_command(coordinator_command)

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -65,6 +67,22 @@ def client_config(connection: Connection, defaults: Mapping[str, str]) -> Client
     config.update(connection.properties.as_librdkafka_dict())
     config["bootstrap.servers"] = connection.bootstrap_servers
     return config
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a batch is consumed and
+    decoded. librdkafka messages are GC-tracked objects; tens of thousands of
+    them in flight made young-generation collections about half of the read
+    time. They form no reference cycles (reference counting frees them), and
+    the pause never spans a ``yield`` into the caller's code."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class KafkaMetadataClient:
@@ -214,16 +232,20 @@ class KafkaRangeReader:
         try:
             while pending:
                 left = sum(r.until - nxt[k] for k, r in pending.items())
-                msgs = consumer.consume(
-                    max(1, min(self._batch_size, left)), timeout=self._poll_timeout_s
-                )
-                if msgs:
-                    good = self._drop_errors(msgs, pending, outcome, fail_on_data_loss)
-                    if good:
-                        last_progress = time.monotonic()
-                        cols = self._decode(good, pending, nxt, outcome, include_headers)
-                        if cols is not None:
-                            yield cols
+                with _collector_paused():
+                    msgs = consumer.consume(
+                        max(1, min(self._batch_size, left)), timeout=self._poll_timeout_s
+                    )
+                    good = (
+                        self._drop_errors(msgs, pending, outcome, fail_on_data_loss) if msgs else []
+                    )
+                    cols = (
+                        self._decode(good, pending, nxt, outcome, include_headers) if good else None
+                    )
+                    del msgs, good  # release the messages before the collector resumes
+                if cols is not None:
+                    last_progress = time.monotonic()
+                    yield cols
                     continue
                 if should_abandon():
                     outcome.abandoned.extend(
@@ -356,7 +378,7 @@ class KafkaRangeReader:
     ) -> Columns | None:
         topics = [m.topic() for m in msgs]
         partitions = [m.partition() for m in msgs]
-        offsets = np.fromiter((m.offset() for m in msgs), np.int64, len(msgs))
+        offsets = np.array([m.offset() for m in msgs], np.int64)
         batch_tps = set(zip(topics, partitions, strict=True))
         # Ranges this batch reached the end of. Only their records (and those of
         # ranges finished earlier) can lie past a range end, so the per-record
@@ -381,16 +403,17 @@ class KafkaRangeReader:
                 return None
             if keep.all():
                 keep = None
-        ts_types, ts_values = zip(*[m.timestamp() for m in msgs], strict=True)
+        # (type, time) per record as an (n, 2) array.
+        ts = np.array([m.timestamp() for m in msgs], np.int64).reshape(-1, 2)
         cols = Columns(
             key=pa.array([m.key() for m in msgs], pa.binary()),
             value=pa.array([m.value() for m in msgs], pa.binary()),
             topic=pa.array(topics, pa.string()),
             partition=pa.array(partitions, pa.int32()),
             offset=pa.array(offsets),
-            timestamp=pa.array(np.asarray(ts_values, np.int64) * 1000).cast(TIMESTAMP_TYPE),
+            timestamp=pa.array(ts[:, 1] * 1000).cast(TIMESTAMP_TYPE),
             # librdkafka: 0 none, 1 create, 2 append; Kafka/Spark: -1, 0, 1.
-            timestamp_type=pa.array(np.asarray(ts_types, np.int32) - 1),
+            timestamp_type=pa.array((ts[:, 0] - 1).astype(np.int32)),
             headers=pa.array([m.headers() for m in msgs], HEADERS_TYPE)
             if include_headers
             else None,
