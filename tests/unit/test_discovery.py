@@ -1,0 +1,150 @@
+"""Partition discovery with a fake metadata client: partitions that appear
+join the stream; a partition count never shrinks (it is reported instead);
+streams on one physical cluster share a client; failures mark a cluster
+unreachable for a backoff. (tansu cannot add partitions, so the integration
+tests cannot show growth.)"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from coordinator.config import CoordinatorConfig
+from coordinator.discovery import Discovery
+from coordinator.planner import ClusterSnapshot, new_splits
+from coordinator.stream_state import StreamView
+from multikafka.exceptions import UnavailableError
+from multikafka.model import ClusterState, Connection
+from multikafka.providers import OffsetQuery
+from multikafka.validation import parse_stream
+
+
+class FakeCluster:
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.down = False
+        self.calls = 0
+        self.clients = 0
+
+
+class FakeClient:
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        cluster.clients += 1
+        self.closed = False
+
+    def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+        self.cluster.calls += 1
+        if self.cluster.down:
+            raise UnavailableError("down")
+        return {t: n for t, n in self.cluster.counts.items() if t in topics}
+
+    def offsets(
+        self, partitions: Sequence[tuple[str, int]], query: OffsetQuery, timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        return dict.fromkeys(partitions, 0)
+
+    def commit_group(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int], timeout_s: float
+    ) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def discovery(cluster: FakeCluster) -> Any:
+    shrinks: list[tuple[str, str, str, int, int]] = []
+    d = Discovery(
+        CoordinatorConfig(unreachable_backoff_s=60.0),
+        ThreadPoolExecutor(2),
+        client_factory=lambda conn: FakeClient(cluster),
+        on_shrink=lambda *args: shrinks.append(args),
+    )
+    d.shrinks = shrinks  # type: ignore[attr-defined]
+    return d
+
+
+def view(name: str, topics: list[str]) -> StreamView:
+    spec = parse_stream(
+        {"name": name, "clusters": {"c": {"bootstrap_servers": "h:1", "topics": topics}}}
+    )
+    return StreamView(spec, 1)
+
+
+async def test_new_partitions_join_and_counts_never_shrink(
+    discovery: Any, cluster: FakeCluster
+) -> None:
+    cluster.counts = {"t": 2}
+    await discovery.sync(view("s", ["t"]), "s")
+    cc = discovery.client("s", "c")
+    assert [str(s) for s in cc.splits()] == ["c/t/0", "c/t/1"]
+    cluster.counts = {"t": 3}
+    assert await discovery.discover(cc)
+    splits = {str(s) for s in cc.splits()}
+    assert splits == {"c/t/0", "c/t/1", "c/t/2"}
+    snap = ClusterSnapshot(ClusterState.ACTIVE, frozenset({"t"}), True, frozenset(splits))
+    assert new_splits({"c/t/0": 5, "c/t/1": 5}, {"c": snap}) == ["c/t/2"]
+    cluster.counts = {"t": 1}
+    await discovery.discover(cc)
+    assert len(cc.splits()) == 3
+    assert discovery.shrinks == [("s", "c", "t", 3, 1)]
+
+
+async def test_topics_appear_when_created_and_leave_with_the_document(
+    discovery: Any, cluster: FakeCluster
+) -> None:
+    cluster.counts = {"t": 1}
+    await discovery.sync(view("s", ["t", "later"]), "s")
+    cc = discovery.client("s", "c")
+    assert [str(s) for s in cc.splits()] == ["c/t/0"]
+    cluster.counts = {"t": 1, "later": 2}
+    await discovery.discover_all()
+    assert [str(s) for s in cc.splits()] == ["c/t/0", "c/later/0", "c/later/1"]
+    await discovery.sync(view("s", ["later"]), "s")
+    assert [str(s) for s in cc.splits()] == ["c/later/0", "c/later/1"]
+
+
+async def test_streams_on_one_cluster_share_a_client(discovery: Any, cluster: FakeCluster) -> None:
+    cluster.counts = {"t": 1, "u": 1}
+    await discovery.sync(view("s1", ["t"]), "s1")
+    await discovery.sync(view("s2", ["u"]), "s2")
+    assert cluster.clients == 1
+    assert discovery.client_count() == 1
+    calls = cluster.calls
+    await discovery.discover_all()
+    assert cluster.calls == calls + 1  # one metadata request for both streams
+    shared = discovery.client("s1", "c").client
+    await discovery.sync(None, "s1")
+    assert not shared.closed
+    await discovery.sync(None, "s2")
+    assert shared.closed
+    assert discovery.client_count() == 0
+
+
+async def test_unreachable_cluster_is_not_asked_again_during_the_backoff(
+    discovery: Any, cluster: FakeCluster
+) -> None:
+    cluster.counts = {"t": 1}
+    await discovery.sync(view("s", ["t"]), "s")
+    cc = discovery.client("s", "c")
+    cluster.down = True
+    assert not await discovery.discover(cc)
+    assert not cc.health.reachable
+    assert cc.health.unreachable_since is not None
+    calls = cluster.calls
+    assert not await discovery.discover(cc)
+    assert cluster.calls == calls  # skipped: still inside the backoff
+    cluster.down = False
+    assert await discovery.discover(cc, force=True)
+    assert cc.health.reachable
+    assert Connection("c", "h:1", cc.spec.properties).fingerprint == cc.fingerprint
