@@ -33,11 +33,19 @@ def generate(out_root: Path) -> Path:
     )
     out_dir = out_root / PACKAGE_DIR
     out_dir.mkdir(parents=True, exist_ok=True)
+    # The mypy-protobuf plugins sit beside this interpreter (``.venv/bin``),
+    # which need not be on PATH: name them explicitly.
+    bindir = Path(sys.executable).parent
+    plugins = [
+        f"--plugin=protoc-gen-{name}={bindir / f'protoc-gen-{name}'}"
+        for name in ("mypy", "mypy_grpc")
+    ]
     cmd = [
         sys.executable,
         "-m",
         "grpc_tools.protoc",
         f"-I{PROTO_ROOT}",
+        *plugins,
         f"--python_out={out_root}",
         f"--grpc_python_out={out_root}",
         f"--mypy_out={out_root}",
