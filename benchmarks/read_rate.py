@@ -573,7 +573,9 @@ def pyspy_spark(spark: SparkSession, setup: Setup, top: int = 20) -> dict[str, A
         raise RuntimeError("no pyspark daemon runs yet (run the spark benchmark first)")
     out_dir = resolve_out("benchmarks/out")
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = [out_dir / f"spark_workers.{pid}.pyspy.txt" for pid in managers]
+    for stale in out_dir.glob("spark_workers.*.pyspy.txt"):
+        stale.unlink()
+    files = [out_dir / f"spark_workers.{i}.pyspy.txt" for i in range(len(managers))]
     record = [exe, "record", "--subprocesses", "--nonblocking", "--rate", "100", "--format", "raw"]
     samplers = [
         subprocess.Popen(

@@ -143,10 +143,12 @@ class Feed(threading.Thread):
         self._stop_event = threading.Event()
         self._fenced = False
 
-    def route(self, targets: list[str]) -> None:
-        """From the next chunk on, produce to ``targets`` only."""
+    def route(self, targets: list[str]) -> int:
+        """From the next chunk on, produce to ``targets`` only. Returns the
+        first sequence number that goes to the new targets."""
         with self._lock:
             self._targets = list(targets)
+            return len(self.sent)
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """Stop producing, fence the current targets; returns records sent."""
