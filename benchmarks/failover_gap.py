@@ -71,6 +71,13 @@ class Run:
         with self.lock:
             return sum(c.get(cluster, 0) for _, c in self.batches)
 
+    def caught_up(self, cluster: str, batches: int = 5, rows: int = 1000) -> bool:
+        """The query's last ``batches`` batches all read ``cluster`` and were
+        small: the backlog from before the query started is behind it."""
+        with self.lock:
+            last = self.batches[-batches:]
+            return len(last) == batches and all(0 < c.get(cluster, 0) <= rows for _, c in last)
+
     def first_from(self, cluster: str) -> float:
         with self.lock:
             return min((t for t, c in self.batches if c.get(cluster)), default=float("nan"))
@@ -131,7 +138,11 @@ def one_run(
     feed = Feed([primary.bootstrap, mirror.bootstrap], topic, 2, "r", chunk=100, pause_s=0.05)
     feed.start()
     try:
-        _wait(lambda: run.rows_from("primary") > 3000, 120, "query did not read the primary")
+        _wait(
+            lambda: run.rows_from("primary") > 3000 and run.caught_up("primary"),
+            120,
+            "query did not catch up with the primary",
+        )
         feed.route([mirror.bootstrap])
         primary.process.kill()
         run.killed_at = time.time()
@@ -171,7 +182,7 @@ def plot(run: Run, path: Path) -> None:
     t0 = run.killed_at
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for cluster, colour in (("primary", "tab:blue"), ("mirror", "tab:orange")):
-        pts = [(t - t0, c.get(cluster, 0)) for t, c in run.batches if -6 < t - t0 < 8]
+        pts = [(t - t0, c.get(cluster, 0)) for t, c in run.batches if -2 < t - t0 < 5]
         ax.bar(
             [p[0] for p in pts],
             [p[1] for p in pts],

@@ -815,7 +815,21 @@ def plot(result: dict[str, Any], path: Path) -> None:
         f"Read rate, {cfg['records']:,} records x {cfg['value_size']} B, "
         f"2 tansu clusters x {PARTITIONS} partitions, {result['machine']['nproc']} cores"
     )
-    ax.set_ylim(0, max(m + h for m, h in zip(med, hi, strict=True)) * 1.2)
+    top = max(m + h for m, h in zip(med, hi, strict=True))
+    gc_off = result.get("gc_diagnosis", {}).get("raw_gc_off")
+    if gc_off:  # the stricter baseline (--profile): the plain consumer without GC
+        level = gc_off["median"] / 1000
+        ax.axhline(level, color="#7f7f7f", linestyle="--", linewidth=1)
+        ax.annotate(
+            f"plain consumer with the garbage collector off: {level:,.0f}k/s",
+            (0, level),
+            xytext=(-30, 4),
+            textcoords="offset points",
+            fontsize=9,
+            color="#4f4f4f",
+        )
+        top = max(top, level)
+    ax.set_ylim(0, top * 1.2)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

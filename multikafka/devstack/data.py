@@ -148,6 +148,10 @@ class Feed(threading.Thread):
         first sequence number that goes to the new targets."""
         with self._lock:
             self._targets = list(targets)
+            for gone in set(self._producers) - set(targets):
+                # Nothing is pending (every chunk is flushed): dropping the
+                # producer stops it from reconnecting to a dead cluster.
+                del self._producers[gone]
             return len(self.sent)
 
     def stop(self, timeout_s: float = 30.0) -> int:
