@@ -179,30 +179,26 @@ class Discovery:
             by_client.setdefault(id(cc.shared), []).append(cc)
         await asyncio.gather(*(self._discover_group(group) for group in by_client.values()))
 
-    async def _discover_group(self, group: list[ClusterClient]) -> None:
+    async def _discover_group(self, group: list[ClusterClient], *, force: bool = False) -> bool:
+        """One partition-count request for clusters sharing a client; False
+        if that cluster is unreachable."""
         topics = sorted({t for cc in group for t in cc.spec.topics})
         lead = group[0]
         try:
             counts = await self.call(
-                lead, lambda: lead.client.partition_counts(topics, self._config.cluster_timeout_s)
-            )
-        except UnavailableError:
-            return
-        for cc in group:
-            self._update(cc, counts)
-
-    async def discover(self, cc: ClusterClient, *, force: bool = False) -> bool:
-        """Refresh the partition counts of ``cc``; False if it is unreachable."""
-        try:
-            counts = await self.call(
-                cc,
-                lambda: cc.client.partition_counts(cc.spec.topics, self._config.cluster_timeout_s),
+                lead,
+                lambda: lead.client.partition_counts(topics, self._config.cluster_timeout_s),
                 force=force,
             )
         except UnavailableError:
             return False
-        self._update(cc, counts)
+        for cc in group:
+            self._update(cc, counts)
         return True
+
+    async def discover(self, cc: ClusterClient, *, force: bool = False) -> bool:
+        """Refresh the partition counts of ``cc``; False if it is unreachable."""
+        return await self._discover_group([cc], force=force)
 
     def _update(self, cc: ClusterClient, counts: dict[str, int]) -> None:
         for topic in cc.spec.topics:
