@@ -24,6 +24,7 @@ from multikafka.exceptions import (
     ValidationError,
 )
 from multikafka.model import ClusterState, FailoverStrategy, StreamSpec
+from multikafka.offsets import clusters_of
 from multikafka.providers import OffsetQuery
 
 logger = logging.getLogger(__name__)
@@ -133,11 +134,10 @@ class ClusterOperations:
         queries from its starting position. That is only sound once no running
         query still holds its splits from before (their offsets may not mean
         the same on the cluster that comes back)."""
-        prefix = f"{cluster}/"
         holding = [
             q.query_id
             for q in self._queries.running(view.name)
-            if any(s.startswith(prefix) for s in q.offsets)
+            if cluster in clusters_of(q.offsets)
         ]
         if holding:
             raise PreconditionError(

@@ -29,6 +29,7 @@ from coordinator.marks import ReadMarks
 from coordinator.stream_state import FailoverRecord, StreamView
 from multikafka.exceptions import UnavailableError
 from multikafka.model import ClusterState, FailoverStrategy, SplitId, StartingPosition, StartKind
+from multikafka.offsets import clusters_of
 from multikafka.providers import OffsetQuery
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ class EntryResolver:
         source = view.spec.clusters.get(record.from_cluster)
         if source is None or source.state is not ClusterState.FAILED:
             return False
-        return any(SplitId.parse(s).cluster == record.from_cluster for s in start)
+        return record.from_cluster in clusters_of(start)
 
     async def _translate(
         self,

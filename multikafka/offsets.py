@@ -34,6 +34,11 @@ def splits_of(offsets: Mapping[str, int]) -> OffsetVector:
     return {k: v for k, v in offsets.items() if k != NO_SPLITS}
 
 
+def clusters_of(offsets: Mapping[str, int]) -> set[str]:
+    """The clusters whose splits the vector holds."""
+    return {SplitId.parse(s).cluster for s in splits_of(offsets)}
+
+
 def parse(value: object, field: str = "offsets", *, allow_special: bool = False) -> OffsetVector:
     """Validate a decoded vector. With ``allow_special``, ``-2`` (earliest) and
     ``-1`` (latest) are accepted, as in Spark's ``startingOffsets`` JSON."""
