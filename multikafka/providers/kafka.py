@@ -421,7 +421,6 @@ class KafkaRangeReader:
         if keep is not None:
             cols = _filter(cols, keep)
             msgs = [m for m, k in zip(msgs, keep, strict=True) if k]
-            batch_tps = set(zip(cols.topic.to_pylist(), cols.partition.to_pylist(), strict=True))
         _record_last(msgs, batch_tps, outcome)
         outcome.records += len(cols)
         return cols
@@ -448,7 +447,8 @@ def _filter(cols: Columns, keep: np.ndarray) -> Columns:
 
 def _record_last(msgs: list[Any], batch_tps: set[tuple[str, int]], outcome: ReadOutcome) -> None:
     """Remember the last record read per partition (for failover translation),
-    scanning back from the end until every partition of the batch is seen."""
+    scanning back from the end until every partition of the batch is seen
+    (a partition whose records were all filtered out just ends the scan later)."""
     todo = set(batch_tps)
     for m in reversed(msgs):
         key = (m.topic(), m.partition())
