@@ -293,8 +293,8 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
 
         def act(produced: int, read: int) -> str:
             if phase.n == 0 and produced >= records // 3 and read >= records // 5:
-                feed.route([west])  # the mirror keeps receiving; east is gone
-                phase.killed_at_seq = len(feed.sent)
+                # The mirror keeps receiving; east is gone.
+                phase.killed_at_seq = feed.route([west])
                 east_broker.process.kill()
                 console.log(
                     "[red]east killed[/red]; failing over to west (timestamp strategy, margin 2s)"
@@ -359,19 +359,11 @@ class Phase:
 
 
 def _margin_window(spark: SparkSession, sink: Path, feed: Feed, killed_at_seq: int) -> int:
-    """Records produced inside the failover margin before the last record read
-    from east before it died (1 s slack: tansu looks times up by append time)."""
-    keys = _keys(spark, sink)
-    sent = dict(feed.sent)
-    read_before = [
-        sent[s]
-        for r in keys.where("cluster = 'east'").select("k").collect()
-        if (s := int(r["k"].split(":")[1])) < killed_at_seq
-    ]
-    if not read_before:
-        return 0
-    last = max(read_before)
-    return sum(1 for _, ts in feed.sent if last - MARGIN_MS - 1000 <= ts <= last)
+    """How many records the failover may read twice (see Feed.margin_window)."""
+    east = _keys(spark, sink).where("cluster = 'east'").select("k").collect()
+    return len(
+        feed.margin_window((int(r["k"].split(":")[1]) for r in east), killed_at_seq, MARGIN_MS)
+    )
 
 
 def _print_history(admin: AdminClient) -> None:

@@ -154,6 +154,20 @@ class Feed(threading.Thread):
                 del self._producers[gone]
             return len(self.sent)
 
+    def margin_window(
+        self, read_from_primary: Iterable[int], cut: int, margin_ms: int, slack_ms: int = 1000
+    ) -> set[int]:
+        """Sequence numbers a timestamp failover may read twice: those sent
+        within ``margin_ms`` before the last record read from the primary
+        among those sent before ``cut`` (see :meth:`route`), plus ``slack_ms``
+        because tansu looks times up by append time, not create time."""
+        sent = dict(self.sent)
+        before = [sent[s] for s in read_from_primary if s < cut]
+        if not before:
+            return set()
+        last = max(before)
+        return {s for s, ts in self.sent if last - margin_ms - slack_ms <= ts <= last}
+
     def stop(self, timeout_s: float = 30.0) -> int:
         """Stop producing, fence the current targets; returns records sent."""
         self._stop_event.set()

@@ -200,18 +200,13 @@ def _duplicates_within_margin(
     missing, duplicated = sequence_report([k for _, k, _, _, _ in rows], {"r": len(run.feed.sent)})
     assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
     assert all(c == 2 for c in duplicated.values())
-    sent_ts = dict(run.feed.sent)
-    last_from_primary = max(
-        sent_ts[seq]
-        for c, k, _, _, _ in rows
-        if c == primary and k.startswith("r:") and (seq := int(k.split(":")[1])) < run.cut
+    window = run.feed.margin_window(
+        (int(k.split(":")[1]) for c, k, _, _, _ in rows if c == primary and k.startswith("r:")),
+        run.cut,
+        margin_ms,
     )
-    # The mirror is re-read from the margin before the last record read from
-    # the primary (1 s slack: tansu looks up by append time, not create time).
-    low = last_from_primary - margin_ms - 1000
-    outside = [
-        k for k in duplicated if not low <= sent_ts[int(k.split(":")[1])] <= last_from_primary
-    ]
+    assert window, "nothing was read from the primary before the failover"
+    outside = [k for k in duplicated if int(k.split(":")[1]) not in window]
     assert not outside, f"{len(outside)} of {len(duplicated)} duplicates outside the margin"
 
 
