@@ -30,17 +30,12 @@ import pytest
 
 from multikafka import env
 from multikafka.devstack import CoordinatorThread, EtcdServer, TansuBroker
-from tests.helpers import eventually  # noqa: F401 - re-exported for tests
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from coordinator import CoordinatorConfig
     from multikafka.admin_client import AdminClient
-
-
-def uid(prefix: str = "t") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="session")

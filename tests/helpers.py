@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from multikafka.devstack.data import create_topics, produce_sequence
+
+if TYPE_CHECKING:
+    from multikafka.admin_client import AdminClient
 
 T = TypeVar("T")
+
+
+def uid(prefix: str = "t") -> str:
+    """A name no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05) -> T:
@@ -50,6 +61,20 @@ def stream_doc(
     }
     doc.update(extra)
     return doc
+
+
+def seeded_stream(
+    admin: AdminClient, bootstrap: str, prefix: str, *, partitions: int = 1, records: int = 0
+) -> tuple[str, str]:
+    """A new topic on one cluster with ``records`` records ``a:0..`` and a
+    stream reading it as cluster ``a``; returns (stream, topic)."""
+    topic = uid(prefix)
+    create_topics(bootstrap, {topic: partitions})
+    if records:
+        produce_sequence(bootstrap, topic, partitions, "a", range(records))
+    name = uid(prefix)
+    admin.put_stream(stream_doc(name, {"a": (bootstrap, [topic])}))
+    return name, topic
 
 
 def sequence_report(

@@ -13,7 +13,7 @@ import pytest
 from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.data import create_topics, produce_sequence
-from tests.conftest import KafkaClusters, uid
+from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import (
     run_available_now,
     sink_keys,
@@ -21,7 +21,7 @@ from tests.e2e.spark_helpers import (
     source,
     start_to_parquet,
 )
-from tests.helpers import eventually, sequence_report, stream_doc
+from tests.helpers import eventually, sequence_report, stream_doc, uid
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

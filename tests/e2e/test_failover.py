@@ -13,9 +13,9 @@ from multikafka import PreconditionError
 from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.data import Feed, create_topics, fence, produce_sequence
-from tests.conftest import Cluster, KafkaClusters, uid
+from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import sink_rows, source, start_to_parquet
-from tests.helpers import eventually, sequence_report, stream_doc
+from tests.helpers import eventually, sequence_report, stream_doc, uid
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

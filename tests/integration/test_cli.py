@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from multikafka.cli import main
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.data import create_topics
-from tests.conftest import KafkaClusters, uid
-from tests.helpers import stream_doc
+from tests.conftest import KafkaClusters
+from tests.helpers import stream_doc, uid
 
 pytestmark = pytest.mark.integration
 

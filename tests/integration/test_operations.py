@@ -10,8 +10,8 @@ from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.data import create_topics, produce_sequence
 from spark_bridge.client import PlannerClient
-from tests.conftest import KafkaClusters, uid
-from tests.helpers import stream_doc
+from tests.conftest import KafkaClusters
+from tests.helpers import stream_doc, uid
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from multikafka.devstack.data import SequenceProducer, create_topics, fence, pro
 from multikafka.offsets import NO_SPLITS
 from multikafka.v1 import planner_pb2
 from spark_bridge.client import PlannerClient
-from tests.conftest import KafkaClusters, uid
-from tests.helpers import eventually, stream_doc
+from tests.conftest import KafkaClusters
+from tests.helpers import eventually, seeded_stream, stream_doc, uid
 
 pytestmark = pytest.mark.integration
 Position = planner_pb2.Position
@@ -131,10 +131,8 @@ def test_plan_is_balanced_and_carries_connections(
     end = {f"a/{topic}/0": 900, f"a/{topic}/1": 100, f"a/{topic}/2": 50, f"b/{topic}/0": 2000}
     plan = planner.plan(name, "q", start, end, min_partitions=4, max_records_per_partition=1000)
     loads = [sum(r.until_offset - r.from_offset for r in t.ranges) for t in plan.tasks]
-    assert sum(loads) == 3050
-    assert len(plan.tasks) >= 4
-    assert max(loads) <= 1000
-    assert max(loads) - min(loads) <= 763  # at most one piece (ceil(3050/4))
+    # Four tasks (3050 records, at most 1000 each) within one record of each other.
+    assert sorted(loads) == [762, 762, 763, 763]
     conns = {c.cluster: c for c in plan.clusters}
     assert conns["a"].properties["sasl.password"] == "pw"  # executors need the real value
     assert conns["a"].fingerprint
@@ -174,28 +172,20 @@ def test_unreachable_cluster_gets_no_new_range_and_resumes(
         assert {c.cluster: c.reachable for c in info.clusters} == {"bad": False, "good": True}
     finally:
         broker.process.resume()
-    resumed = eventually(
-        lambda: (
-            planner.latest(name, "q", end, max_records=0, cap=None, fail_on_data_loss=True)[
-                f"bad/{topic}/0"
-            ]
-            == 10
-            and True
-        ),
-        timeout_s=20,
-    )
-    assert resumed
+
+    def bad_resumed() -> bool:
+        v = planner.latest(name, "q", end, max_records=0, cap=None, fail_on_data_loss=True)
+        assert v[f"bad/{topic}/0"] == 10, v
+        return True
+
+    eventually(bad_resumed, timeout_s=20)
 
 
 def test_offsets_gone_backwards_is_data_loss(
     admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
 ) -> None:
     (a,) = kafka.shared(1)
-    topic = uid("loss")
-    create_topics(a.bootstrap, {topic: 1})
-    produce_sequence(a.bootstrap, topic, 1, "a", range(4))
-    name = uid("s")
-    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    name, topic = seeded_stream(admin, a.bootstrap, "loss", records=4)
     ahead = {f"a/{topic}/0": 50}  # the query read further than the partition now ends
     with pytest.raises(DataLossError, match="went backwards"):
         planner.latest(name, "q", ahead, max_records=0, cap=None, fail_on_data_loss=True)
@@ -210,11 +200,7 @@ def test_group_commit_after_spark_commit(
     from confluent_kafka import Consumer, TopicPartition
 
     (a,) = kafka.shared(1)
-    topic = uid("group")
-    create_topics(a.bootstrap, {topic: 1})
-    produce_sequence(a.bootstrap, topic, 1, "a", range(9))
-    name = uid("s")
-    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    name, topic = seeded_stream(admin, a.bootstrap, "group", records=9)
     group = uid("lag-tools")
     planner.commit(name, "q-group", {f"a/{topic}/0": 7}, group)
     consumer = Consumer({"bootstrap.servers": a.bootstrap, "group.id": group})

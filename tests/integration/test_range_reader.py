@@ -13,8 +13,8 @@ from multikafka.devstack.data import create_topics, produce_sequence
 from multikafka.model import Connection
 from multikafka.providers import ReadOutcome, TopicPartitionRange
 from multikafka.providers.kafka import KafkaRangeReader
-from tests.conftest import KafkaClusters, uid
-from tests.helpers import TANSU_PROPERTIES
+from tests.conftest import KafkaClusters
+from tests.helpers import TANSU_PROPERTIES, uid
 
 pytestmark = pytest.mark.integration
 

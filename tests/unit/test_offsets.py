@@ -79,7 +79,12 @@ def test_parse_refuses_non_objects(value: object) -> None:
 
 
 @pytest.mark.parametrize(
-    "key", ["a/b", "a/b/x", "a//1", "/b/1", "a/b/-1", "a/b/1/2", "a", "", "a/b/", f"a/b/{2**31}"]
+    "key",
+    [
+        *("a/b", "a/b/x", "a//1", "/b/1", "a/b/-1", "a/b/1/2", "a", "", "a/b/", f"a/b/{2**31}"),
+        # Not canonical: a partition is written the one way str(int) writes it.
+        *("a/t/01", "a/t/+1", "a/t/1_0", "a/t/ 1"),
+    ],
 )
 def test_parse_refuses_bad_split_ids(key: str) -> None:
     with pytest.raises(ValidationError) as info:
@@ -130,15 +135,6 @@ def test_parse_json_validates_content() -> None:
     assert info.value.field == "x.a/b"
 
 
-@pytest.mark.parametrize("key", ["a/t/01", "a/t/+1", "a/t/1_0", "a/t/ 1"])
-def test_parse_keys_are_canonical_split_ids(key: str) -> None:
-    try:
-        out = ov.parse({key: 5})
-    except ValidationError:
-        return
-    assert all(str(SplitId.parse(k)) == k for k in out)
-
-
 # -- SplitId ------------------------------------------------------------------
 
 
@@ -169,17 +165,12 @@ def test_split_id_round_trip_random(seed: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["a/b", "a/b/c/1", "/b/1", "a//1", "a/b/x", "a/b/-1", f"a/b/{2**31}", ""]
+    "text",
+    [
+        *("a/b", "a/b/c/1", "/b/1", "a//1", "a/b/x", "a/b/-1", f"a/b/{2**31}", ""),
+        *("a/t/01", "a/t/+1", "a/t/1_0", "a/t/ 1"),  # not canonical
+    ],
 )
 def test_split_id_parse_refuses_malformed(text: str) -> None:
     with pytest.raises(ValueError):
         SplitId.parse(text)
-
-
-@pytest.mark.parametrize("text", ["a/t/01", "a/t/+1", "a/t/1_0", "a/t/ 1"])
-def test_split_id_parse_accepts_only_canonical_partitions(text: str) -> None:
-    try:
-        split = SplitId.parse(text)
-    except ValueError:
-        return
-    assert str(split) == text

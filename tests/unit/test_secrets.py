@@ -195,7 +195,9 @@ def test_cluster_spec_connection() -> None:
 
 
 def test_fingerprint_is_stable() -> None:
-    assert conn().fingerprint == conn().fingerprint
+    # Pinned: a fingerprint that changes between versions restarts every
+    # sub-reader of every agent on upgrade.
+    assert conn().fingerprint == "db233a0a57a12777"
     reordered = Connection("east", "east:9092", Properties(dict(reversed(list(props().items())))))
     assert reordered.fingerprint == conn().fingerprint
 
