@@ -81,8 +81,6 @@ STREAM = "bench"
 TOPIC = "bench"
 CLUSTERS = ("east", "west")
 PARTITIONS = 4
-#: tansu answers a fetch only after the full fetch.wait.max.ms (see tests/helpers.py).
-TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
 #: What KafkaRangeReader asks consume() for at most per call.
 CONSUME_BATCH = 20_000
 CORES = 2
@@ -160,20 +158,6 @@ def watermarks(bootstrap: str) -> int:
         consumer.close()
 
 
-def stream_document(bootstraps: dict[str, str]) -> dict[str, Any]:
-    return {
-        "name": STREAM,
-        "clusters": {
-            name: {
-                "bootstrap_servers": bs,
-                "topics": [TOPIC],
-                "properties": dict(TANSU_PROPERTIES),
-            }
-            for name, bs in bootstraps.items()
-        },
-    }
-
-
 # -- the measured readers ---------------------------------------------------
 
 
@@ -181,6 +165,7 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None]) -> Run:
     """Plain consumers, one cluster after the other, in this process."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    from multikafka.devstack.data import TANSU_PROPERTIES
     from multikafka.providers.kafka import _READER_DEFAULTS
 
     t0 = time.perf_counter()
@@ -668,6 +653,7 @@ def spark_session() -> Iterator[SparkSession]:
 def started_stack(records: int, value_size: int) -> Iterator[Setup]:
     """etcd, the clusters and a coordinator; the data produced and the stream put."""
     from multikafka.admin_client import AdminClient
+    from multikafka.devstack.data import stream_doc
     from multikafka.devstack.stack import local_stack
 
     work = Path(tempfile.mkdtemp(prefix="multikafka-bench-"))
@@ -678,7 +664,9 @@ def started_stack(records: int, value_size: int) -> Iterator[Setup]:
             produced, produce_s = produce(stack, records, value_size)
             bootstraps = {name: b.bootstrap for name, b in stack.clusters.items()}
             with AdminClient(stack.coordinator_address) as admin:
-                admin.put_stream(stream_document(bootstraps))
+                admin.put_stream(
+                    stream_doc(STREAM, {n: (bs, [TOPIC]) for n, bs in bootstraps.items()})
+                )
             per_cluster = {name: watermarks(bs) for name, bs in bootstraps.items()}
             yield Setup(stack, bootstraps, per_cluster, produced, produce_s)
             console.log("stopping the stack")
@@ -915,6 +903,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     quiet_logs()
+    from multikafka.devstack.data import TANSU_PROPERTIES
+
     result: dict[str, Any] = {
         "benchmark": "read_rate",
         "machine": machine(),

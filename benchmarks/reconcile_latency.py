@@ -70,7 +70,6 @@ STREAM = "reconcile-bench"
 CLUSTER = "a"
 TOPICS = ("t0", "t1")
 PREFIX = "/multikafka"
-TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
 AGENT_HEARTBEAT_S = 0.5
 POLL_SLEEP_S = 0.0001
 MODES = ("etcd", "admin")
@@ -177,16 +176,9 @@ class Bench:
         self.flip ^= 1
         topics = list(TOPICS[: 1 + self.flip])
         bootstrap = self.stack.clusters[CLUSTER].bootstrap
-        return {
-            "name": STREAM,
-            "clusters": {
-                CLUSTER: {
-                    "bootstrap_servers": bootstrap,
-                    "topics": topics,
-                    "properties": dict(TANSU_PROPERTIES),
-                }
-            },
-        }
+        from multikafka.devstack.data import stream_doc
+
+        return stream_doc(STREAM, {CLUSTER: (bootstrap, topics)})
 
     def write(self, mode: str) -> tuple[float, int]:
         """Make one change; returns (time just before the write, its revision)."""

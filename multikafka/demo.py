@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from multikafka.admin_client import AdminClient
-from multikafka.devstack.data import FENCE_KEY, Feed, create_topics, fence
+from multikafka.devstack.data import FENCE_KEY, Feed, create_topics, fence, stream_doc
 from multikafka.devstack.processes import EtcdServer, TansuBroker, temp_work_dir
 from multikafka.devstack.spark import local_spark
 from multikafka.devstack.stack import LocalStack
@@ -41,8 +41,6 @@ console = Console()
 PARTITIONS = 3
 TOPIC = "orders"
 MARGIN_MS = 2000
-#: tansu answers a fetch only after the full fetch.wait.max.ms (ARCHITECTURE.md).
-TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
 
 
 @dataclass
@@ -200,21 +198,6 @@ def follow(
             time.sleep(0.2)
 
 
-def _stream_doc(clusters: dict[str, tuple[str, str, list[str]]]) -> dict[str, Any]:
-    return {
-        "name": "orders",
-        "clusters": {
-            cid: {
-                "bootstrap_servers": bs,
-                "topics": topics,
-                "state": state,
-                "properties": dict(TANSU_PROPERTIES),
-            }
-            for cid, (bs, state, topics) in clusters.items()
-        },
-    }
-
-
 def demo_both_active(records: int, work_dir: Path | None = None) -> Verification:
     """The stream lives in both clusters, both ACTIVE: east holds ``orders``,
     west holds ``orders`` and ``orders-eu``; every record is read exactly once."""
@@ -229,11 +212,8 @@ def demo_both_active(records: int, work_dir: Path | None = None) -> Verification
         create_topics(west, {TOPIC: PARTITIONS, "orders-eu": PARTITIONS})
         with AdminClient(stack.coordinator_address) as admin:
             admin.put_stream(
-                _stream_doc(
-                    {
-                        "east": (east, "ACTIVE", [TOPIC]),
-                        "west": (west, "ACTIVE", [TOPIC, "orders-eu"]),
-                    }
+                stream_doc(
+                    "orders", {"east": (east, [TOPIC]), "west": (west, [TOPIC, "orders-eu"])}
                 )
             )
         console.print(r"stream [bold]orders[/bold] = east:\[orders] + west:\[orders, orders-eu]")
@@ -273,7 +253,11 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
         for bs in (east, west):
             create_topics(bs, {TOPIC: PARTITIONS})
         admin.put_stream(
-            _stream_doc({"east": (east, "ACTIVE", [TOPIC]), "west": (west, "STANDBY", [TOPIC])})
+            stream_doc(
+                "orders",
+                {"east": (east, [TOPIC]), "west": (west, [TOPIC])},
+                states={"west": "STANDBY"},
+            )
         )
         console.print("stream [bold]orders[/bold]: east ACTIVE, west STANDBY (west mirrors east)")
         # ~30 s of production, so the story plays out while the query reads.

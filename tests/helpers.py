@@ -4,16 +4,31 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from multikafka.devstack.data import create_topics, produce_sequence
+from multikafka.devstack.data import (
+    TANSU_PROPERTIES,
+    create_topics,
+    produce_sequence,
+    sequence_report,
+    stream_doc,
+)
 
 if TYPE_CHECKING:
     from multikafka.admin_client import AdminClient
 
 T = TypeVar("T")
+
+__all__ = [
+    "TANSU_PROPERTIES",
+    "assert_exactly_once",
+    "eventually",
+    "seeded_stream",
+    "sequence_report",
+    "stream_doc",
+    "uid",
+]
 
 
 def uid(prefix: str = "t") -> str:
@@ -42,25 +57,11 @@ def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: f
         time.sleep(interval_s)
 
 
-#: Client settings every test stream carries. tansu answers a fetch only
-#: after the full fetch.wait.max.ms even when it has data (ARCHITECTURE.md);
-#: a short wait keeps reads fast in tests. Not a product default.
-TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
-
-
-def stream_doc(
-    name: str, clusters: dict[str, tuple[str, list[str]]], **extra: Any
-) -> dict[str, Any]:
-    """A stream document: ``clusters`` maps id -> (bootstrap, topics)."""
-    doc: dict[str, Any] = {
-        "name": name,
-        "clusters": {
-            cid: {"bootstrap_servers": bs, "topics": topics, "properties": dict(TANSU_PROPERTIES)}
-            for cid, (bs, topics) in clusters.items()
-        },
-    }
-    doc.update(extra)
-    return doc
+def assert_exactly_once(keys: Iterable[str], expected: dict[str, int]) -> None:
+    """Every record of ``expected`` (label -> count) among ``keys``, once."""
+    missing, duplicated = sequence_report(keys, expected)
+    assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
+    assert not duplicated, f"{len(duplicated)} read twice, e.g. {list(duplicated.items())[:5]}"
 
 
 def seeded_stream(
@@ -75,19 +76,3 @@ def seeded_stream(
     name = uid(prefix)
     admin.put_stream(stream_doc(name, {"a": (bootstrap, [topic])}))
     return name, topic
-
-
-def sequence_report(
-    keys: Iterable[str], expected: dict[str, int]
-) -> tuple[list[str], dict[str, int]]:
-    """Missing keys and duplicated keys (key -> count) among ``keys`` for
-    ``expected`` labels with sequence numbers 0..n-1. Fence keys are ignored."""
-    counts = Counter(k for k in keys if not k.startswith("__fence__"))
-    missing = [
-        f"{label}:{s}"
-        for label, n in expected.items()
-        for s in range(n)
-        if f"{label}:{s}" not in counts
-    ]
-    duplicated = {k: c for k, c in counts.items() if c > 1}
-    return missing, duplicated

@@ -10,12 +10,62 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 FENCE_KEY = b"__fence__"
+
+#: Client settings of every stream on the dev stack's tansu brokers: tansu
+#: answers a fetch only after the full fetch.wait.max.ms even when it has data
+#: (ARCHITECTURE.md). Not a product default.
+TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
+
+
+def stream_doc(
+    name: str,
+    clusters: Mapping[str, tuple[str, list[str]]],
+    *,
+    states: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A stream document for the dev stack: ``clusters`` maps id ->
+    (bootstrap, topics); ``states`` sets clusters' states (default ACTIVE)."""
+    doc: dict[str, Any] = {
+        "name": name,
+        "clusters": {
+            cid: {
+                "bootstrap_servers": bs,
+                "topics": list(topics),
+                "properties": dict(TANSU_PROPERTIES),
+            }
+            for cid, (bs, topics) in clusters.items()
+        },
+    }
+    for cid, state in (states or {}).items():
+        doc["clusters"][cid]["state"] = state
+    doc.update(extra)
+    return doc
+
+
+def sequence_report(
+    keys: Iterable[str], expected: Mapping[str, int]
+) -> tuple[list[str], dict[str, int]]:
+    """Missing keys and duplicated keys (key -> count) among ``keys`` for
+    ``expected`` labels with sequence numbers 0..n-1. Fence keys are ignored."""
+    fence_key = FENCE_KEY.decode()
+    counts = Counter(k for k in keys if not k.startswith(fence_key))
+    missing = [
+        f"{label}:{s}"
+        for label, n in expected.items()
+        for s in range(n)
+        if f"{label}:{s}" not in counts
+    ]
+    duplicated = {k: c for k, c in counts.items() if c > 1}
+    return missing, duplicated
 
 
 def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0) -> None:
