@@ -88,6 +88,13 @@ class ManagedProcess:
     def resume(self) -> None:
         self.signal(signal.SIGCONT)
 
+    def frozen(self) -> bool:
+        """Whether the process is stopped by :meth:`pause` (Linux /proc state T)."""
+        if not self.alive():
+            return False
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "T"
+
     def stop(self, timeout_s: float = 10.0) -> None:
         proc = self._proc
         if proc is not None and proc.poll() is None:

@@ -178,6 +178,7 @@ def render(helm: Helm, values_file: ValuesFile) -> Render:
 
 
 def _labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    assert selector, "an empty selector selects every pod"
     return all(labels.get(k) == v for k, v in selector.items())
 
 

@@ -3,24 +3,35 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from reader_agent import SPARK_DDL_WITH_HEADERS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+    from pyspark.sql.streaming import DataStreamReader
     from pyspark.sql.streaming.query import StreamingQuery
+
+R = TypeVar("R", "DataFrameReader", "DataStreamReader")
+
+
+def _multikafka(reader: R, coordinator: str, stream: str, options: dict[str, object]) -> R:
+    reader = reader.format("multikafka").option("coordinator", coordinator).option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else str(value))
+    return reader
 
 
 def source(spark: SparkSession, coordinator: str, stream: str, **options: object) -> DataFrame:
-    reader = (
-        spark.readStream.format("multikafka")
-        .option("coordinator", coordinator)
-        .option("stream", stream)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else str(value))
-    return reader.load()
+    """A streaming DataFrame over ``stream``."""
+    return _multikafka(spark.readStream, coordinator, stream, options).load()
+
+
+def batch_source(
+    spark: SparkSession, coordinator: str, stream: str, **options: object
+) -> DataFrame:
+    """A batch DataFrame over ``stream``."""
+    return _multikafka(spark.read, coordinator, stream, options).load()
 
 
 def start_to_parquet(

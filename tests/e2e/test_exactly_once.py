@@ -6,31 +6,44 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.data import create_topics, produce_sequence
-from tests.conftest import KafkaClusters
+from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import (
+    batch_source,
     run_available_now,
     sink_keys,
     sink_rows,
     source,
     start_to_parquet,
 )
-from tests.helpers import eventually, sequence_report, stream_doc, uid
+from tests.helpers import assert_exactly_once, eventually, stream_doc, uid
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-def _two_by_two(
-    kafka: KafkaClusters, admin: AdminClient, n: int
-) -> tuple[str, dict[str, int], dict[str, str]]:
+@dataclass
+class TwoByTwo:
+    stream: str
+    expected: dict[str, int]  # label -> records
+    topics: dict[str, str]  # "t1"/"t2" -> topic name
+    east: Cluster
+    west: Cluster
+
+
+def _two_by_two(kafka: KafkaClusters, admin: AdminClient, n: int) -> TwoByTwo:
     """A stream over 2 clusters x 2 topics (3 partitions each) with ``n``
-    records per (cluster, topic). Returns (stream, expected, topic names)."""
+    records per (cluster, topic)."""
     a, b = kafka.shared(2)
     topics = {"t1": uid("orders"), "t2": uid("payments")}
     for c in (a, b):
@@ -51,35 +64,28 @@ def _two_by_two(
             },
         )
     )
-    return name, expected, topics
-
-
-def _assert_exactly_once(keys: list[str], expected: dict[str, int]) -> None:
-    missing, duplicated = sequence_report(keys, expected)
-    assert not missing, f"{len(missing)} records lost, e.g. {missing[:5]}"
-    assert not duplicated, (
-        f"{len(duplicated)} records read twice, e.g. {list(duplicated.items())[:5]}"
-    )
+    return TwoByTwo(name, expected, topics, a, b)
 
 
 def test_two_clusters_two_topics_exactly_once(
-    spark: object,
+    spark: SparkSession,
     coordinator: CoordinatorThread,
     admin: AdminClient,
     kafka: KafkaClusters,
     tmp_path: Path,
 ) -> None:
-    name, expected, _ = _two_by_two(kafka, admin, 3000)
+    s = _two_by_two(kafka, admin, 3000)
+    name, expected = s.stream, s.expected
     query = run_available_now(
         spark,
         coordinator.address,
         name,
         tmp_path,
         startingOffsets="earliest",
-        maxOffsetsPerTrigger=5000,  # type: ignore[arg-type]
+        maxOffsetsPerTrigger=5000,
     )
-    rows = sink_rows(spark, tmp_path)  # type: ignore[arg-type]
-    _assert_exactly_once([k for _, k, _, _, _ in rows], expected)
+    rows = sink_rows(spark, tmp_path)
+    assert_exactly_once([k for _, k, _, _, _ in rows], expected)
     # Each row's cluster/topic/partition/offset is where its key was produced.
     for cluster, key, topic, partition, _offset in rows:
         if key.startswith("__fence__"):
@@ -93,34 +99,34 @@ def test_two_clusters_two_topics_exactly_once(
 
 
 def test_restart_from_checkpoint_continues_exactly_once(
-    spark: object,
+    spark: SparkSession,
     coordinator: CoordinatorThread,
     admin: AdminClient,
     kafka: KafkaClusters,
     tmp_path: Path,
 ) -> None:
-    name, expected, topics = _two_by_two(kafka, admin, 2000)
-    a, b = kafka.shared(2)
+    s = _two_by_two(kafka, admin, 2000)
+    name, expected, topics = s.stream, s.expected, s.topics
     # First run: a continuous query, stopped in the middle of the stream.
     df = source(
         spark, coordinator.address, name, startingOffsets="earliest", maxOffsetsPerTrigger=1500
-    )  # type: ignore[arg-type]
+    )
     query = start_to_parquet(df, tmp_path)
-    eventually(lambda: len(sink_keys(spark, tmp_path)) > 0, timeout_s=60)  # type: ignore[arg-type]
+    eventually(lambda: len(sink_keys(spark, tmp_path)) > 0, timeout_s=60)
     query.stop()
-    first = len(sink_keys(spark, tmp_path))  # type: ignore[arg-type]
+    first = len(sink_keys(spark, tmp_path))
     assert first < 2000 * 4 + 12, "stopped before the end, so the restart has work to do"
     # More data arrives while it is down.
-    for cid, c in (("east", a), ("west", b)):
+    for cid, c in (("east", s.east), ("west", s.west)):
         produce_sequence(c.bootstrap, topics["t1"], 3, f"{cid}-{topics['t1']}", range(2000, 2500))
     expected = {k: (2500 if topics["t1"] in k else v) for k, v in expected.items()}
     # Second run from the same checkpoint.
-    run_available_now(spark, coordinator.address, name, tmp_path, startingOffsets="earliest")  # type: ignore[arg-type]
-    _assert_exactly_once(sink_keys(spark, tmp_path), expected)  # type: ignore[arg-type]
+    run_available_now(spark, coordinator.address, name, tmp_path, startingOffsets="earliest")
+    assert_exactly_once(sink_keys(spark, tmp_path), expected)
 
 
 def test_topic_added_mid_query_is_read_from_earliest(
-    spark: object,
+    spark: SparkSession,
     coordinator: CoordinatorThread,
     admin: AdminClient,
     kafka: KafkaClusters,
@@ -136,65 +142,50 @@ def test_topic_added_mid_query_is_read_from_earliest(
     admin.put_stream(stream_doc(name, {"east": (a.bootstrap, [t1])}))
     query = start_to_parquet(
         source(spark, coordinator.address, name, startingOffsets="latest"), tmp_path
-    )  # type: ignore[arg-type]
-    try:
-        eventually(lambda: query.lastProgress is not None, timeout_s=60)
-        produce_sequence(a.bootstrap, t1, 2, "first", range(500, 800))
-        eventually(
-            lambda: sum(k.startswith("first:") for k in sink_keys(spark, tmp_path)) == 300,
-            timeout_s=60,
-        )  # type: ignore[arg-type]
-        # The stream grows: a new cluster with a topic that already has data.
-        admin.put_stream(
-            stream_doc(name, {"east": (a.bootstrap, [t1]), "west": (b.bootstrap, [t2])})
-        )
-        eventually(
-            lambda: sum(k.startswith("added:") for k in sink_keys(spark, tmp_path)) == 700,
-            timeout_s=60,
-        )  # type: ignore[arg-type]
-    finally:
-        query.stop()
-    keys = sink_keys(spark, tmp_path)  # type: ignore[arg-type]
-    missing, duplicated = sequence_report(
-        [k for k in keys if k.startswith("added:")], {"added": 700}
     )
-    assert not missing
-    assert not duplicated
+    eventually(lambda: query.lastProgress is not None, timeout_s=60)
+    produce_sequence(a.bootstrap, t1, 2, "first", range(500, 800))
+    eventually(
+        lambda: sum(k.startswith("first:") for k in sink_keys(spark, tmp_path)) == 300,
+        timeout_s=60,
+    )
+    # The stream grows: a new cluster with a topic that already has data.
+    admin.put_stream(stream_doc(name, {"east": (a.bootstrap, [t1]), "west": (b.bootstrap, [t2])}))
+    eventually(
+        lambda: sum(k.startswith("added:") for k in sink_keys(spark, tmp_path)) == 700,
+        timeout_s=60,
+    )
+    query.stop()
+    keys = sink_keys(spark, tmp_path)
+    assert_exactly_once([k for k in keys if k.startswith("added:")], {"added": 700})
     # startingOffsets=latest: records from before the query started were not read.
     assert not any(k.startswith("first:") and int(k.split(":")[1]) < 500 for k in keys)
 
 
 def test_batch_read(
-    spark: object, coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+    spark: SparkSession, coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
 ) -> None:
-    name, expected, topics = _two_by_two(kafka, admin, 1000)
-    df = (
-        spark.read.format("multikafka")
-        .option("coordinator", coordinator.address)
-        .option("stream", name)
-        .load()
-    )  # type: ignore[attr-defined]
+    s = _two_by_two(kafka, admin, 1000)
+    name, expected, topics = s.stream, s.expected, s.topics
+    df = batch_source(spark, coordinator.address, name)
     keys = [r["k"] for r in df.selectExpr("cast(key as string) as k").collect()]
-    _assert_exactly_once(keys, expected)
+    assert_exactly_once(keys, expected)
     by_cluster = {r["cluster"]: r["count"] for r in df.groupBy("cluster").count().collect()}
     assert by_cluster == {"east": 2006, "west": 2006}  # 2 topics x (1000 + 3 fences)
     # endingOffsets as JSON: one split, up to offset 10.
-    (_a, _) = kafka.shared(2)
     split = f"east/{topics['t1']}/0"
-    limited = (
-        spark.read.format("multikafka")  # type: ignore[attr-defined]
-        .option("coordinator", coordinator.address)
-        .option("stream", name)
-        .option("startingOffsets", json.dumps({split: 5}))
-        .option("endingOffsets", json.dumps({split: 10}))
-        .load()
-        .where(f"cluster = 'east' and topic = '{topics['t1']}' and partition = 0")
-    )
+    limited = batch_source(
+        spark,
+        coordinator.address,
+        name,
+        startingOffsets=json.dumps({split: 5}),
+        endingOffsets=json.dumps({split: 10}),
+    ).where(f"cluster = 'east' and topic = '{topics['t1']}' and partition = 0")
     assert sorted(r["offset"] for r in limited.collect()) == [5, 6, 7, 8, 9]
 
 
 def test_starting_positions_and_headers(
-    spark: object,
+    spark: SparkSession,
     coordinator: CoordinatorThread,
     admin: AdminClient,
     kafka: KafkaClusters,
@@ -217,8 +208,8 @@ def test_starting_positions_and_headers(
     admin.put_stream(stream_doc(name, {"east": (a.bootstrap, [topic])}))
 
     by_time = tmp_path / "by-time"
-    run_available_now(spark, coordinator.address, name, by_time, startingTimestamp=cut)  # type: ignore[arg-type]
-    keys = [k for k in sink_keys(spark, by_time) if not k.startswith("__fence__")]  # type: ignore[arg-type]
+    run_available_now(spark, coordinator.address, name, by_time, startingTimestamp=cut)
+    keys = [k for k in sink_keys(spark, by_time) if not k.startswith("__fence__")]
     assert sorted(keys, key=lambda k: int(k.split(":")[1])) == [f"new:{i}" for i in range(50)]
 
     by_json = tmp_path / "by-json"
@@ -228,18 +219,14 @@ def test_starting_positions_and_headers(
         name,
         by_json,
         startingOffsets=json.dumps({f"east/{topic}/0": 98}),
-    )  # type: ignore[arg-type]
+    )
     assert sorted(k for k in sink_keys(spark, by_json) if k.startswith("old"))[:2] == [
         "old:98",
         "old:99",
-    ]  # type: ignore[arg-type]
+    ]
 
     headers = (
-        spark.read.format("multikafka")  # type: ignore[attr-defined]
-        .option("coordinator", coordinator.address)
-        .option("stream", name)
-        .option("includeHeaders", "true")
-        .load()
+        batch_source(spark, coordinator.address, name, includeHeaders=True)
         .where("cast(key as string) = 'new:7'")
         .collect()
     )
@@ -249,11 +236,11 @@ def test_starting_positions_and_headers(
 
 
 def test_bad_options_fail_with_a_clear_message(
-    spark: object, coordinator: CoordinatorThread
+    spark: SparkSession, coordinator: CoordinatorThread
 ) -> None:
     from pyspark.errors import PySparkException
 
-    reader = spark.read.format("multikafka").option("coordinator", coordinator.address)  # type: ignore[attr-defined]
+    reader = spark.read.format("multikafka").option("coordinator", coordinator.address)
     with pytest.raises(PySparkException, match="option stream: required"):
         reader.load().count()
     with pytest.raises(PySparkException, match="unknown option"):

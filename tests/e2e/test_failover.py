@@ -15,7 +15,7 @@ from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.data import Feed, create_topics, fence, produce_sequence
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import sink_rows, source, start_to_parquet
-from tests.helpers import eventually, sequence_report, stream_doc, uid
+from tests.helpers import assert_exactly_once, eventually, sequence_report, stream_doc, uid
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -68,9 +68,7 @@ class E2E:
         return {c.cluster: c.state for c in self.admin.get_stream(stream).clusters}
 
     def assert_exactly_once(self, expected: dict[str, int]) -> None:
-        missing, duplicated = sequence_report(self.keys(), expected)
-        assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
-        assert not duplicated, f"{len(duplicated)} read twice, e.g. {list(duplicated)[:5]}"
+        assert_exactly_once(self.keys(), expected)
 
     def assert_never_restarted(self, run_id: object) -> None:
         assert self.query.isActive
@@ -228,9 +226,11 @@ def test_failover_identity_strategy_is_exact(e2e: E2E) -> None:
     the new cluster continues at the same offsets: no loss, no duplicate."""
     run = _failover_run(e2e, strategy="identity", margin_ms=0)
     e2e.assert_exactly_once({"r": len(run.feed.sent)})
-    # Each record has one offset, whichever cluster it was read from.
-    offsets = {(k, p, o) for _, k, _, p, o in e2e.rows() if k.startswith("r:")}
-    assert len({(k, p) for k, p, _ in offsets}) == len(offsets)
+    # Each record read at the offset it has on both clusters (the feed sends
+    # record n to partition n % 2 of a new topic on each), from both clusters.
+    rows = [(c, int(k[2:]), p, o) for c, k, _, p, o in e2e.rows() if k.startswith("r:")]
+    assert all(p == n % 2 and o == n // 2 for _, n, p, o in rows)
+    assert {c for c, *_ in rows} == {"primary", "mirror"}
 
 
 def test_automatic_failover_after_unreachability_window(e2e: E2E) -> None:
@@ -274,7 +274,6 @@ def test_failover_then_migrate_back(e2e: E2E) -> None:
     e2e.wait_count("r:", total, timeout_s=90)
     # Only the failover re-reads (inside its margin); the migration back
     # duplicates nothing, and east's new data is read from its start.
-    assert total == len(run.feed.sent)
     _duplicates_within_margin(e2e.rows(), run, 1000, primary="east")
     e2e.assert_never_restarted(run.run_id)
 
@@ -298,7 +297,7 @@ def test_unreachable_cluster_does_not_stall_the_others(e2e: E2E) -> None:
     try:
         produce_sequence(steady.bootstrap, topic, 2, steady.name, range(200, 600))
         e2e.wait_count(f"{steady.name}:", 600)
-        assert broker.process.alive()  # still frozen: the others flowed without it
+        assert broker.process.frozen()  # the others flowed while it stayed frozen
     finally:
         broker.process.resume()
     produce_sequence(flaky.bootstrap, topic, 2, flaky.name, range(200, 500))
