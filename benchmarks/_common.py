@@ -13,9 +13,12 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "benchmarks" / "out"
@@ -101,3 +104,43 @@ def quiet_logs() -> None:
     logging.basicConfig(level=logging.WARNING)
     for name in ("multikafka", "coordinator", "reader_agent", "spark_bridge", "py4j"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+#: Wide enough for the result tables when the output is a file.
+console = Console(width=None if sys.stdout.isatty() else 120)
+
+
+def progress_bar(*, transient: bool = False) -> Progress:
+    """The progress display every benchmark uses (tasks carry a ``note`` field)."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=transient,
+    )
+
+
+def wait_until(
+    check: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05
+) -> None:
+    """Poll ``check`` until it is truthy; TimeoutError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not within {timeout_s}s")
+        time.sleep(interval_s)
+
+
+def finish(
+    name: str, result: dict[str, Any], out: str, plot: Callable[[dict[str, Any], Path], None]
+) -> tuple[Path, Path]:
+    """Stamp the end load, write ``benchmarks/out/<name>.json`` and the plot
+    ``<out>/img/<name>.png``; returns both paths."""
+    result["machine"]["loadavg_at_end"] = list(os.getloadavg())
+    json_path = write_json(f"{name}.json", result)
+    png = img_path(resolve_out(out), f"{name}.png")
+    plot(result, png)
+    return json_path, png

