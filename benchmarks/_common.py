@@ -20,6 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from multikafka_core.retry import poll
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "benchmarks" / "out"
 
@@ -102,7 +104,14 @@ def quiet_logs() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    for name in ("multikafka", "coordinator", "reader_agent", "spark_bridge", "py4j"):
+    for name in (
+        "multikafka_core",
+        "multikafka",
+        "coordinator",
+        "reader_agent",
+        "spark_bridge",
+        "py4j",
+    ):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
@@ -127,11 +136,7 @@ def wait_until(
     check: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05
 ) -> None:
     """Poll ``check`` until it is truthy; TimeoutError naming ``what`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not within {timeout_s}s")
-        time.sleep(interval_s)
+    poll(check, timeout_s=timeout_s, what=what, interval_s=interval_s)
 
 
 def finish(

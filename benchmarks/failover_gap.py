@@ -2,7 +2,7 @@
 cluster dies, until the first record from the cluster that takes over lands
 in the sink.
 
-    python benchmarks/failover_gap.py [--repeat 3] [--out docs]
+    python -m benchmarks.failover_gap [--repeat 3] [--out docs]
 
 Each run: a primary cluster and its mirror (STANDBY, same records, same
 timestamps), a continuous feed, a query writing through ``foreachBatch`` (the
@@ -32,7 +32,7 @@ from typing import Any
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from _common import (
+from benchmarks._common import (
     console,
     img_path,
     machine,
@@ -43,11 +43,11 @@ from _common import (
     wait_until,
     write_json,
 )
-
-from multikafka.admin_client import AdminClient
-from multikafka.devstack.data import Feed, create_topics, sequence_report, stream_doc
+from multikafka.devstack.feed import Feed, create_topics
 from multikafka.devstack.spark import local_spark
-from multikafka.devstack.stack import LocalStack, local_stack
+from multikafka.devstack.stack import LocalStack, local_stack, stream_doc
+from multikafka_core.admin_client import AdminClient
+from tests.helpers import sequence_report
 
 MARGIN_MS = 1000
 

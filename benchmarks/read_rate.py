@@ -1,6 +1,6 @@
 """Read rate: Spark ``format("multikafka")`` against plain consumers.
 
-    python benchmarks/read_rate.py [--records 1000000] [--repeat 3] [--out docs]
+    python -m benchmarks.read_rate [--records 1000000] [--repeat 3] [--out docs]
 
 Starts a local stack (etcd, two tansu clusters, a coordinator in a thread,
 Spark ``local[2]``), produces ``--records`` records (values of ``--value-size``
@@ -57,8 +57,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _common import console, finish, machine, progress_bar, quiet_logs, resolve_out, summary
 from rich.table import Table
+
+from benchmarks._common import (
+    console,
+    finish,
+    machine,
+    progress_bar,
+    quiet_logs,
+    resolve_out,
+    summary,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -116,7 +125,7 @@ class Run:
 
 def produce(stack: LocalStack, records: int, value_size: int) -> tuple[int, float]:
     """Create the topics and produce ``records`` split over the clusters."""
-    from multikafka.devstack.data import SequenceProducer, create_topics, fence
+    from multikafka.devstack.feed import SequenceProducer, create_topics, fence
 
     per = records // len(stack.clusters)
     t0 = time.perf_counter()
@@ -158,8 +167,8 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None]) -> Run:
     """Plain consumers, one cluster after the other, in this process."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from multikafka.devstack.data import TANSU_PROPERTIES
-    from multikafka.providers.kafka import _READER_DEFAULTS
+    from multikafka.devstack.stack import TANSU_PROPERTIES
+    from multikafka_core.providers.kafka import _READER_DEFAULTS
 
     t0 = time.perf_counter()
     total = 0
@@ -194,8 +203,8 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None]) -> Run:
 
 def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     """The whole stream planned as one Spark batch with default options."""
-    from multikafka.v1 import planner_pb2
-    from spark_bridge.client import PlannerClient
+    from multikafka_core.planner_client import PlannerClient
+    from multikafka_core.v1 import planner_pb2
     from spark_bridge.options import SourceOptions
     from spark_bridge.partition import partitions_from_plan
 
@@ -432,7 +441,7 @@ def register_gc_off_source(spark: SparkSession) -> str:
     Defined here in ``__main__``, so cloudpickle ships it to the workers."""
     from spark_bridge import MultiKafkaDataSource
     from spark_bridge.options import SourceOptions
-    from spark_bridge.readers import MultiKafkaStreamReader
+    from spark_bridge.source import MultiKafkaStreamReader
 
     class GcOffStreamReader(MultiKafkaStreamReader):
         def read(self, partition: Any) -> Iterator[Any]:
@@ -635,9 +644,8 @@ def spark_session() -> Iterator[SparkSession]:
 @contextmanager
 def started_stack(records: int, value_size: int) -> Iterator[Setup]:
     """etcd, the clusters and a coordinator; the data produced and the stream put."""
-    from multikafka.admin_client import AdminClient
-    from multikafka.devstack.data import stream_doc
-    from multikafka.devstack.stack import local_stack
+    from multikafka.devstack.stack import local_stack, stream_doc
+    from multikafka_core.admin_client import AdminClient
 
     with ExitStack() as cleanup:
         with console.status("starting etcd, 2 tansu clusters and the coordinator"):
@@ -873,7 +881,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     quiet_logs()
-    from multikafka.devstack.data import TANSU_PROPERTIES
+    from multikafka.devstack.stack import TANSU_PROPERTIES
 
     result: dict[str, Any] = {
         "benchmark": "read_rate",

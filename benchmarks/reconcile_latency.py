@@ -1,6 +1,6 @@
 """Reconcile latency: from a metadata change to every reader agent applying it.
 
-    python benchmarks/reconcile_latency.py [--agents 1,10,100] [--changes 50]
+    python -m benchmarks.reconcile_latency [--agents 1,10,100] [--changes 50]
 
 Starts etcd, one tansu cluster and a coordinator (in a thread of this
 process). For each agent count it starts that many standalone
@@ -49,13 +49,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from _common import console, finish, machine, percentile, progress_bar, quiet_logs, wait_until
 from rich.table import Table
+
+from benchmarks._common import (
+    console,
+    finish,
+    machine,
+    percentile,
+    progress_bar,
+    quiet_logs,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from coordinator import Coordinator
-    from multikafka.admin_client import AdminClient
     from multikafka.devstack.stack import LocalStack
+    from multikafka_core.admin_client import AdminClient
     from reader_agent import ReaderAgent
 
 
@@ -169,7 +178,7 @@ class Bench:
         self.flip ^= 1
         topics = list(TOPICS[: 1 + self.flip])
         bootstrap = self.stack.clusters[CLUSTER].bootstrap
-        from multikafka.devstack.data import stream_doc
+        from multikafka.devstack.stack import stream_doc
 
         return stream_doc(STREAM, {CLUSTER: (bootstrap, topics)})
 
@@ -316,9 +325,9 @@ def summarize(changes: list[Change]) -> dict[str, Any]:
 
 @contextmanager
 def bench_stack() -> Iterator[Bench]:
-    from multikafka.admin_client import AdminClient
-    from multikafka.devstack.data import create_topics
+    from multikafka.devstack.feed import create_topics
     from multikafka.devstack.stack import local_stack
+    from multikafka_core.admin_client import AdminClient
 
     with ExitStack() as cleanup:
         with console.status("starting etcd, a tansu cluster and the coordinator"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from multikafka import env
-from multikafka.exceptions import ValidationError
+from multikafka_core import env
+from multikafka_core.exceptions import ValidationError
 
 
 @dataclass(frozen=True)

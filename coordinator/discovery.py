@@ -15,17 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from coordinator.config import CoordinatorConfig
 from coordinator.stream_state import StreamView
-from multikafka.exceptions import UnavailableError
-from multikafka.model import ClusterSpec, Connection, SplitId
-from multikafka.providers import MetadataClient, OffsetQuery
-from multikafka.providers.kafka import KafkaMetadataClient
+from multikafka_core.background import BackgroundTasks
+from multikafka_core.exceptions import UnavailableError
+from multikafka_core.model import ClusterSpec, Connection, SplitId
+from multikafka_core.providers import MetadataClient, OffsetQuery
+from multikafka_core.providers.kafka import KafkaMetadataClient
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class Discovery:
         self._on_shrink = on_shrink
         self._clients: dict[tuple[str, str], ClusterClient] = {}
         self._shared: dict[str, SharedClient] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = BackgroundTasks("discovery")
 
     # -- clients -------------------------------------------------------------
 
@@ -154,9 +155,7 @@ class Discovery:
         return len(self._shared)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._tasks.stop()
         for shared in self._shared.values():
             await self._run(shared.client.close)
         self._shared.clear()
@@ -165,12 +164,9 @@ class Discovery:
     # -- discovery -----------------------------------------------------------
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="partition discovery")
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._config.discovery_interval_s)
-            await self.discover_all()
+        self._tasks.every(
+            "partition discovery", self._config.discovery_interval_s, self.discover_all
+        )
 
     async def discover_all(self) -> None:
         """Refresh every cluster: one metadata request per physical cluster."""
@@ -232,6 +228,45 @@ class Discovery:
         return await self.call(
             cc, lambda: cc.client.offsets(partitions, query, self._config.cluster_timeout_s)
         )
+
+    async def cluster_offsets(
+        self, stream: str, cluster: str, splits: Sequence[SplitId], query: OffsetQuery
+    ) -> dict[str, int]:
+        """``{split id: offset}`` for ``splits`` of one cluster. Raises
+        :class:`UnavailableError` when the cluster is not set up yet or does not
+        answer; splits the cluster does not know are left out."""
+        cc = self.client(stream, cluster)
+        if cc is None:
+            raise UnavailableError(f"stream {stream!r}: cluster {cluster!r} is not set up yet")
+        found = await self.offsets(cc, [(s.topic, s.partition) for s in splits], query)
+        return {
+            str(s): found[(s.topic, s.partition)] for s in splits if (s.topic, s.partition) in found
+        }
+
+    async def split_offsets(
+        self, stream: str, splits: Iterable[SplitId], query: OffsetQuery
+    ) -> dict[str, int]:
+        """``{split id: offset}`` for ``splits`` of any clusters, each cluster
+        asked concurrently. The splits of a cluster that is not set up or does
+        not answer are left out (asked again next time)."""
+        by_cluster: dict[str, list[SplitId]] = {}
+        for s in splits:
+            by_cluster.setdefault(s.cluster, []).append(s)
+
+        async def one(cluster: str, items: list[SplitId]) -> dict[str, int]:
+            try:
+                return await self.cluster_offsets(stream, cluster, items, query)
+            except UnavailableError as exc:
+                logger.warning(
+                    "cluster unreachable; its splits join later",
+                    extra={"stream": stream, "cluster": cluster, "error": str(exc)},
+                )
+                return {}
+
+        out: dict[str, int] = {}
+        for part in await asyncio.gather(*(one(c, i) for c, i in by_cluster.items())):
+            out.update(part)
+        return out
 
     async def call(self, cc: ClusterClient, fn: Callable[[], T], *, force: bool = False) -> T:
         """Run a blocking client call, tracking the cluster's reachability."""

@@ -13,7 +13,7 @@ import aetcd
 import aetcd.exceptions
 
 from coordinator.config import EtcdEndpoint
-from multikafka.exceptions import ConflictError, UnavailableError
+from multikafka_core.exceptions import ConflictError, UnavailableError
 
 logger = logging.getLogger(__name__)
 

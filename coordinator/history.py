@@ -12,7 +12,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 from coordinator.etcd import Etcd
-from multikafka.exceptions import UnavailableError
+from multikafka_core.background import BackgroundTasks
+from multikafka_core.exceptions import UnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +28,18 @@ class Entry:
 
 
 class History:
-    def __init__(self, etcd: Etcd, prefix: str, size: int) -> None:
+    """Entries are kept in memory and written to etcd in the background soon
+    after they are recorded (again after a pause while etcd is away)."""
+
+    def __init__(self, etcd: Etcd, prefix: str, size: int, *, retry_s: float = 1.0) -> None:
         self._etcd = etcd
         self._prefix = f"{prefix}/history/"
         self._size = size
+        self._retry_s = retry_s
         self._entries: dict[str, deque[Entry]] = {}
         self._dirty: set[str] = set()
-        self._flush_task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._tasks = BackgroundTasks("history")
 
     async def load(self) -> None:
         kvs, _ = await self._etcd.get_prefix(self._prefix)
@@ -44,6 +50,22 @@ class History:
                 logger.warning("unreadable history ignored", extra={"key": kv.key})
                 continue
             self._entries[kv.key[len(self._prefix) :]] = deque(items, maxlen=self._size)
+
+    def start(self) -> None:
+        self._tasks.run("persist", self._persist)
+
+    async def stop(self) -> None:
+        """Stop persisting in the background, then write what is left once."""
+        await self._tasks.stop()
+        await self.flush()
+
+    async def _persist(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            if not await self.flush():
+                await asyncio.sleep(self._retry_s)
+                self._changed.set()
 
     def record(
         self, stream: str, kind: str, *, cluster: str = "", detail: str = "", generation: int = 0
@@ -58,8 +80,7 @@ class History:
             detail,
             extra={"stream": stream, "cluster": cluster, "generation": generation, "kind": kind},
         )
-        if self._flush_task is None or self._flush_task.done():
-            self._flush_task = asyncio.get_running_loop().create_task(self.flush())
+        self._changed.set()
 
     def entries(self, stream: str, limit: int = 0) -> list[Entry]:
         items = list(self._entries.get(stream, ()))
@@ -68,8 +89,11 @@ class History:
     def forget(self, stream: str) -> None:
         self._entries.pop(stream, None)
         self._dirty.add(stream)
+        self._changed.set()
 
-    async def flush(self) -> None:
+    async def flush(self) -> bool:
+        """Write every changed stream's history; False if etcd did not take it
+        (what is left is written next time)."""
         while self._dirty:
             stream = self._dirty.pop()
             key = self._prefix + stream
@@ -82,4 +106,5 @@ class History:
             except UnavailableError:
                 logger.warning("could not persist history", extra={"stream": stream})
                 self._dirty.add(stream)
-                await asyncio.sleep(1.0)
+                return False
+        return True

@@ -17,9 +17,11 @@ from dataclasses import dataclass, replace
 
 from coordinator.etcd import Compacted, Etcd, WatchEvent, prefix_end
 from coordinator.stream_state import StreamStatus, StreamView
-from multikafka.exceptions import NotFoundError, UnavailableError, ValidationError
-from multikafka.model import StreamSpec
-from multikafka.validation import parse_stream_json
+from multikafka_core.background import BackgroundTasks
+from multikafka_core.exceptions import NotFoundError, UnavailableError, ValidationError
+from multikafka_core.model import StreamSpec
+from multikafka_core.retry import Backoff, retry_async
+from multikafka_core.validation import parse_stream_json
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +61,8 @@ class MetadataStore:
         self._orphan_status: dict[str, tuple[StreamStatus, int]] = {}
         self._listeners: list[Listener] = []
         self._rejection_listeners: list[RejectionListener] = []
-        self._tasks: list[asyncio.Task[None]] = []
-        self._retry_s = retry_s
+        self._tasks = BackgroundTasks("metadata")
+        self._backoff = Backoff.constant(retry_s)
         self._lock = asyncio.Lock()
         # One key range holds both prefixes ("status/" < "streams/").
         self._range = (self.status_prefix, prefix_end(self.streams_prefix.encode()).decode())
@@ -138,13 +140,10 @@ class MetadataStore:
     async def start(self) -> None:
         await self._load()
         self.ready.set()
-        self._tasks.append(asyncio.create_task(self._watch(), name="metadata watch"))
+        self._tasks.run("watch", self._watch)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        await self._tasks.stop()
 
     async def _load(self) -> None:
         """Read both prefixes at one revision and apply them."""
@@ -166,33 +165,32 @@ class MetadataStore:
             await self._advance(revision)
 
     async def _watch(self) -> None:
+        """Follow etcd for good: a broken watch resumes from the revision after
+        the last one applied, after a pause."""
+        await retry_async(
+            self._follow, on=(UnavailableError,), backoff=self._backoff, on_retry=self._broke
+        )
+
+    async def _follow(self) -> None:
         while True:
             try:
                 async for ev in self._etcd.watch_range(*self._range, self._revision + 1):
                     async with self._lock:
                         await self._apply_event(ev)
                         await self._advance(ev.revision)
-                raise UnavailableError("watch ended")
             except Compacted:
                 logger.warning("watch revision compacted; reloading metadata")
-                await self._retry(self._load)
-            except UnavailableError as exc:
-                self.watch_restarts += 1
-                logger.warning(
-                    "metadata watch broke; resuming from revision %d",
-                    self._revision + 1,
-                    extra={"error": str(exc)},
-                )
-                await asyncio.sleep(self._retry_s)
+                await self._load()
+                continue
+            raise UnavailableError("watch ended")
 
-    async def _retry(self, fn: Callable[[], Awaitable[None]]) -> None:
-        while True:
-            try:
-                await fn()
-                return
-            except UnavailableError as exc:
-                logger.warning("etcd unavailable: %s", exc)
-                await asyncio.sleep(self._retry_s)
+    def _broke(self, exc: BaseException, delay_s: float) -> None:
+        self.watch_restarts += 1
+        logger.warning(
+            "metadata watch broke; resuming from revision %d",
+            self._revision + 1,
+            extra={"error": str(exc)},
+        )
 
     async def _apply_event(self, ev: WatchEvent) -> None:
         if ev.key.startswith(self.streams_prefix):

@@ -17,15 +17,15 @@ from coordinator.metadata import MetadataStore
 from coordinator.metrics import Metrics
 from coordinator.queries import QueryStore
 from coordinator.stream_state import FailoverRecord, StreamStatus, StreamView
-from multikafka.exceptions import (
+from multikafka_core.exceptions import (
     NotFoundError,
     PreconditionError,
     UnavailableError,
     ValidationError,
 )
-from multikafka.model import ClusterState, FailoverStrategy, StreamSpec
-from multikafka.offsets import clusters_of
-from multikafka.providers import OffsetQuery
+from multikafka_core.model import ClusterState, FailoverStrategy, StreamSpec
+from multikafka_core.offsets import clusters_of
+from multikafka_core.providers import OffsetQuery
 
 logger = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from multikafka.exceptions import DataLossError
-from multikafka.model import ClusterState, SplitId
-from multikafka.offsets import OffsetVector, canonical, splits_of
+from multikafka_core.exceptions import DataLossError
+from multikafka_core.model import ClusterState, SplitId
+from multikafka_core.offsets import OffsetVector, canonical, splits_of
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,20 @@ import grpc
 
 from coordinator.assignment import Range, plan_tasks
 from coordinator.discovery import ClusterClient, Discovery
+from coordinator.entry import EntryOffsets
 from coordinator.history import History
 from coordinator.metadata import MetadataStore
 from coordinator.metrics import Metrics
 from coordinator.planner import ClusterSnapshot, new_splits, plan_end
-from coordinator.queries import Abandonments, QueryStore
+from coordinator.queries import QueryStore
 from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
-from coordinator.translate import EntryResolver
-from multikafka import offsets as ov
-from multikafka.exceptions import UnavailableError, ValidationError
-from multikafka.model import SplitId
-from multikafka.providers import OffsetQuery
-from multikafka.v1 import common_pb2, planner_pb2, planner_pb2_grpc
+from coordinator.translation import Abandonments
+from multikafka_core import offsets as ov
+from multikafka_core.exceptions import UnavailableError, ValidationError
+from multikafka_core.model import SplitId
+from multikafka_core.providers import OffsetQuery
+from multikafka_core.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         self,
         store: MetadataStore,
         discovery: Discovery,
-        resolver: EntryResolver,
+        entry: EntryOffsets,
         queries: QueryStore,
         abandonments: Abandonments,
         history: History,
@@ -47,7 +48,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     ) -> None:
         self._store = store
         self._discovery = discovery
-        self._resolver = resolver
+        self._entry = entry
         self._queries = queries
         self._abandonments = abandonments
         self._history = history
@@ -79,18 +80,22 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         }.get(kind)
         if fallback is None:
             raise ValidationError("position.kind", "use EARLIEST, LATEST, SPECIFIC or TIMESTAMP")
+        for cid in {SplitId.parse(s).cluster for s in specific}:
+            self._client(view, cid)  # UNAVAILABLE (the client retries) until set up
         out: dict[str, int] = {}
-        lookups: dict[OffsetQuery, list[str]] = defaultdict(list)
+        lookups: dict[OffsetQuery, list[SplitId]] = defaultdict(list)
         for split in sorted(splits | set(specific)):
             given = specific.get(split)
             if given is None:
-                lookups[fallback].append(split)
+                lookups[fallback].append(SplitId.parse(split))
             elif given < 0:  # -2 earliest, -1 latest (Spark's convention)
-                lookups[earliest if given == -2 else latest].append(split)
+                lookups[earliest if given == -2 else latest].append(SplitId.parse(split))
             else:
                 out[split] = given
+        # Splits of a cluster that does not answer are left out: they join the
+        # query later, at their cluster's starting position.
         for found in await asyncio.gather(
-            *(self._offsets_of(view, names, q) for q, names in lookups.items())
+            *(self._discovery.split_offsets(view.name, ids, q) for q, ids in lookups.items())
         ):
             out.update(found)
         return planner_pb2.ResolveOffsetsResponse(
@@ -113,37 +118,6 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
                     f"cluster {split.cluster!r} of stream {view.name!r} has no topic {split.topic!r}",
                 )
         return checked
-
-    async def _offsets_of(
-        self, view: StreamView, splits: list[str], query: OffsetQuery
-    ) -> dict[str, int]:
-        """Offsets of ``splits`` for ``query``; splits of unreachable clusters are
-        left out (they enter later at their cluster's starting position)."""
-        by_cluster: dict[str, list[SplitId]] = defaultdict(list)
-        for s in splits:
-            by_cluster[SplitId.parse(s).cluster].append(SplitId.parse(s))
-
-        async def one(cid: str, items: list[SplitId]) -> dict[str, int]:
-            try:
-                found = await self._discovery.offsets(
-                    self._client(view, cid), [(s.topic, s.partition) for s in items], query
-                )
-            except UnavailableError:
-                logger.warning(
-                    "cluster unreachable; its splits join later",
-                    extra={"stream": view.name, "cluster": cid},
-                )
-                return {}
-            return {
-                str(s): found[(s.topic, s.partition)]
-                for s in items
-                if (s.topic, s.partition) in found
-            }
-
-        out: dict[str, int] = {}
-        for part in await asyncio.gather(*(one(c, i) for c, i in by_cluster.items())):
-            out.update(part)
-        return out
 
     def _client(self, view: StreamView, cluster: str) -> ClusterClient:
         cc = self._discovery.client(view.name, cluster)
@@ -168,7 +142,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         if progress is not None:
             abandoned = progress.abandoned
         entry, translations = (
-            await self._resolver.resolve(view, start, new, abandoned) if new else ({}, [])
+            await self._entry.resolve(view, start, new, abandoned) if new else ({}, [])
         )
         plan = plan_end(
             start,

@@ -12,10 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from coordinator.etcd import Etcd
-from coordinator.history import History
-from coordinator.metrics import Metrics
-from multikafka.model import SplitId
-from multikafka.offsets import OffsetVector
+from multikafka_core.offsets import OffsetVector
 
 logger = logging.getLogger(__name__)
 
@@ -97,36 +94,3 @@ class QueryStore:
             return
         q.abandoned[split] = from_offset
         await self._etcd.put(self._prefix + query_id, q.to_json())
-
-
-class Abandonments:
-    """Where abandoned ranges are accounted for, whoever gave them up (the
-    planner for a cluster already gone, an agent for one that went away while
-    it read): counted, logged in the history, remembered for the query."""
-
-    def __init__(self, queries: QueryStore, history: History, metrics: Metrics) -> None:
-        self._queries = queries
-        self._history = history
-        self._metrics = metrics
-
-    async def record(
-        self,
-        stream: str,
-        query_id: str,
-        split: str,
-        frm: int,
-        until: int,
-        why: str,
-        generation: int = 0,
-    ) -> None:
-        cid = SplitId.parse(split).cluster
-        self._metrics.abandoned.labels(stream, cid).inc()
-        self._metrics.abandoned_records.labels(stream, cid).inc(max(until - frm, 0))
-        self._history.record(
-            stream,
-            "abandoned",
-            cluster=cid,
-            detail=f"query {query_id}: {split} [{frm}, {until}) not read: {why}",
-            generation=generation,
-        )
-        await self._queries.abandon(query_id, stream, split, frm)

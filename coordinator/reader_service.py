@@ -9,15 +9,14 @@ from typing import Any
 
 import grpc
 
-from coordinator.marks import ReadMarks
+from coordinator.agent_registry import AgentRegistry
 from coordinator.metrics import Metrics
-from coordinator.queries import Abandonments
-from coordinator.readers import ReaderRegistry
 from coordinator.reconcile import Reconciler
 from coordinator.rpc import streaming, unary
-from multikafka.exceptions import NotFoundError, ValidationError
-from multikafka.model import SplitId
-from multikafka.v1 import reader_pb2, reader_pb2_grpc
+from coordinator.translation import Abandonments, ReadMarks
+from multikafka_core.exceptions import NotFoundError, ValidationError
+from multikafka_core.model import SplitId
+from multikafka_core.v1 import reader_pb2, reader_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +26,7 @@ Ctx = grpc.aio.ServicerContext[Any, Any]
 class ReaderService(reader_pb2_grpc.ReaderServicer):
     def __init__(
         self,
-        registry: ReaderRegistry,
+        registry: AgentRegistry,
         reconciler: Reconciler,
         marks: ReadMarks,
         abandonments: Abandonments,

@@ -12,22 +12,22 @@ directly in etcd gets its drain offsets captured here.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass
 
+from coordinator.agent_registry import Agent, AgentRegistry
 from coordinator.discovery import Discovery
 from coordinator.history import History
 from coordinator.metadata import MetadataChange, MetadataStore, Rejection
 from coordinator.metrics import Metrics
 from coordinator.operations import ClusterOperations
-from coordinator.readers import Agent, ReaderRegistry
 from coordinator.stream_state import StreamView
-from multikafka.exceptions import MultikafkaError
-from multikafka.model import ClusterState
-from multikafka.v1 import reader_pb2
+from multikafka_core.background import BackgroundTasks
+from multikafka_core.exceptions import MultikafkaError
+from multikafka_core.model import ClusterState
+from multikafka_core.v1 import reader_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class Reconciler:
         self,
         store: MetadataStore,
         discovery: Discovery,
-        registry: ReaderRegistry,
+        registry: AgentRegistry,
         operations: ClusterOperations,
         history: History,
         metrics: Metrics,
@@ -76,7 +76,7 @@ class Reconciler:
         #: Recent reconcile latencies (seconds), for benchmarks and the admin API.
         self.latencies: deque[float] = deque(maxlen=10_000)
         self.generation = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = BackgroundTasks("reconcile")
         store.on_change(self.on_change)
         store.on_rejection(self.on_rejection)
         registry.on_applied(self.on_applied)
@@ -183,9 +183,10 @@ class Reconciler:
     def _capture_drains(self, view: StreamView) -> None:
         for cid, spec in view.spec.clusters.items():
             if spec.state is ClusterState.DRAINING and cid not in view.status.drains:
-                task = asyncio.create_task(self._capture(view.name, cid))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._tasks.spawn(f"capture drain of {cid}", self._capture(view.name, cid))
+
+    async def stop(self) -> None:
+        await self._tasks.stop()
 
     async def _capture(self, stream: str, cluster: str) -> None:
         try:

@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from multikafka.exceptions import MultikafkaError
-from multikafka.status import to_grpc_code
+from multikafka_core.exceptions import MultikafkaError
+from multikafka_core.grpc_codes import to_grpc_code
 
 logger = logging.getLogger(__name__)
 

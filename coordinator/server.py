@@ -4,7 +4,6 @@ reflection and Prometheus metrics)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,25 +14,26 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
-from coordinator.admin import AdminAuthInterceptor, AdminService
+from coordinator.admin_service import AdminAuthInterceptor, AdminService
+from coordinator.agent_registry import AgentRegistry
 from coordinator.config import CoordinatorConfig, TlsFiles
 from coordinator.discovery import Discovery, MetadataClientFactory
+from coordinator.entry import EntryOffsets
 from coordinator.etcd import Etcd
 from coordinator.history import History
-from coordinator.marks import ReadMarks
 from coordinator.metadata import MetadataStore
 from coordinator.metrics import Metrics
 from coordinator.operations import ClusterOperations
 from coordinator.planner_service import PlannerService
-from coordinator.queries import Abandonments, QueryStore
+from coordinator.queries import QueryStore
 from coordinator.reader_service import ReaderService
-from coordinator.readers import ReaderRegistry
 from coordinator.reconcile import Reconciler
 from coordinator.supervisor import Supervisor
-from coordinator.translate import EntryResolver
-from multikafka.exceptions import UnavailableError
-from multikafka.providers.kafka import KafkaMetadataClient
-from multikafka.v1 import (
+from coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
+from multikafka_core.exceptions import UnavailableError
+from multikafka_core.providers.kafka import KafkaMetadataClient
+from multikafka_core.retry import Backoff, retry_async
+from multikafka_core.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     planner_pb2,
@@ -72,7 +72,7 @@ class Coordinator:
         self.store = MetadataStore(self.etcd, p)
         self.queries = QueryStore(self.etcd, p)
         self.marks = ReadMarks(self.etcd, p)
-        self.registry = ReaderRegistry(self.etcd, p, config.reader_ttl_s)
+        self.registry = AgentRegistry(self.etcd, p, config.reader_ttl_s)
         self.discovery = Discovery(
             config, self._executor, client_factory=client_factory, on_shrink=self._shrunk
         )
@@ -100,6 +100,7 @@ class Coordinator:
     async def start(self, *, etcd_wait_s: float = 30.0) -> None:
         await self._connect(etcd_wait_s)
         await self.history.load()
+        self.history.start()
         await self.queries.load()
         await self.marks.load()
         await self.registry.start()
@@ -112,18 +113,17 @@ class Coordinator:
         logger.info("coordinator serving", extra={"address": listen, "etcd": str(self.config.etcd)})
 
     async def _connect(self, wait_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while True:
-            try:
-                await self.etcd.connect()
-                await self.etcd.get_prefix(f"{self.config.etcd_prefix}/streams/")
-                return
-            except UnavailableError:
-                if loop.time() > deadline:
-                    raise
-                logger.info("waiting for etcd at %s", self.config.etcd)
-                await asyncio.sleep(0.5)
+        async def reach() -> None:
+            await self.etcd.connect()
+            await self.etcd.get_prefix(f"{self.config.etcd_prefix}/streams/")
+
+        await retry_async(
+            reach,
+            on=(UnavailableError,),
+            deadline_s=wait_s,
+            backoff=Backoff.constant(0.5),
+            on_retry=lambda exc, _: logger.info("waiting for etcd at %s", self.config.etcd),
+        )
 
     async def _serve(self) -> None:
         interceptors = (
@@ -146,7 +146,7 @@ class Coordinator:
             PlannerService(
                 self.store,
                 self.discovery,
-                EntryResolver(self.discovery, self.marks),
+                EntryOffsets(self.discovery, FailoverTranslator(self.discovery, self.marks)),
                 self.queries,
                 self.abandonments,
                 self.history,
@@ -194,10 +194,11 @@ class Coordinator:
             self._metrics_http.shutdown()
             self._metrics_http.server_close()
         await self.supervisor.stop()
+        await self.reconciler.stop()
         await self.store.stop()
         await self.registry.stop()
         await self.marks.stop()
-        await self.history.flush()
+        await self.history.stop()
         await self.discovery.close()
         await self.etcd.close()
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from multikafka.model import FailoverStrategy, StreamSpec
+from multikafka_core.model import FailoverStrategy, StreamSpec
 
 #: Failover records kept per stream (a query restarted from an old checkpoint
 #: still finds how to translate its offsets).

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -20,8 +19,9 @@ from coordinator.metadata import MetadataStore
 from coordinator.operations import ClusterOperations
 from coordinator.queries import QueryStore
 from coordinator.stream_state import StreamView
-from multikafka.exceptions import MultikafkaError
-from multikafka.model import ClusterState
+from multikafka_core.background import BackgroundTasks
+from multikafka_core.exceptions import MultikafkaError
+from multikafka_core.model import ClusterState
 
 logger = logging.getLogger(__name__)
 
@@ -43,27 +43,25 @@ class Supervisor:
         self._queries = queries
         self._history = history
         self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = BackgroundTasks("supervisor")
         self._drained: set[tuple[str, str, int]] = set()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="supervisor")
+        self._tasks.every("checks", self._interval_s, self.check_all)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._tasks.stop()
 
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            for view in self._store.views():
-                try:
-                    await self.check(view)
-                except MultikafkaError as exc:
-                    logger.warning(
-                        "supervisor check failed", extra={"stream": view.name, "error": str(exc)}
-                    )
+    async def check_all(self) -> None:
+        """One round of checks over every stream (one stream's failure does
+        not keep the others from being checked)."""
+        for view in self._store.views():
+            try:
+                await self.check(view)
+            except MultikafkaError as exc:
+                logger.warning(
+                    "supervisor check failed", extra={"stream": view.name, "error": str(exc)}
+                )
 
     async def check(self, view: StreamView) -> None:
         await self._auto_failover(view)

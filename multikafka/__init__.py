@@ -2,12 +2,15 @@
 clusters from Spark, and fail over or migrate clusters without restarting
 the job.
 
-This package holds what the coordinator, the reader agent and the Spark
-bridge share: the domain model, validation, offsets, errors, the provider
-interfaces and the generated gRPC stubs (``multikafka.v1``).
+This is the top of the layers (see docs/architecture.md): the public names
+users import, the ``multikafka`` command line (:mod:`multikafka.cli`), the
+local development stack (:mod:`multikafka.devstack`) and the demo
+(:mod:`multikafka.demo`). Everything below it lives in ``multikafka_core``
+(model, contracts), ``coordinator`` and ``reader_agent`` (services) and
+``spark_bridge`` (the Spark source).
 """
 
-from multikafka.exceptions import (
+from multikafka_core.exceptions import (
     AuthenticationError,
     ConflictError,
     DataLossError,
@@ -17,7 +20,7 @@ from multikafka.exceptions import (
     UnavailableError,
     ValidationError,
 )
-from multikafka.model import (
+from multikafka_core.model import (
     AutoFailover,
     ClusterSpec,
     ClusterState,
@@ -28,7 +31,7 @@ from multikafka.model import (
     StartKind,
     StreamSpec,
 )
-from multikafka.validation import parse_stream, parse_stream_json
+from multikafka_core.validation import parse_stream, parse_stream_json
 
 __version__ = "0.1.0"
 

@@ -25,12 +25,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from multikafka.admin_client import AdminClient
-from multikafka.devstack.data import FENCE_KEY, Feed, create_topics, fence, stream_doc
+from multikafka.devstack.feed import FENCE_KEY, Feed, create_topics, fence
 from multikafka.devstack.processes import EtcdServer, TansuBroker, temp_work_dir
 from multikafka.devstack.spark import local_spark
-from multikafka.devstack.stack import LocalStack
-from multikafka.exceptions import PreconditionError
+from multikafka.devstack.stack import LocalStack, stream_doc
+from multikafka_core.admin_client import AdminClient
+from multikafka_core.arrow import SPARK_DDL
+from multikafka_core.exceptions import PreconditionError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,8 +63,6 @@ class Verification:
 
 def _keys(spark: SparkSession, sink: Path) -> Any:
     from pyspark.sql import functions as F
-
-    from reader_agent import SPARK_DDL
 
     if not (sink / "_spark_metadata").exists():
         return None

@@ -2,14 +2,14 @@
 sub-reader (consumer) per cluster, kept in line with the coordinator's
 reconcile events. Spark executors reach it through :func:`get_agent`."""
 
-from reader_agent.agent import ReaderAgent, get_agent
-from reader_agent.arrow import (
+from multikafka_core.arrow import (
     SCHEMA,
     SCHEMA_WITH_HEADERS,
     SPARK_DDL,
     SPARK_DDL_WITH_HEADERS,
     record_batch,
 )
+from reader_agent.agent import ReaderAgent, get_agent
 from reader_agent.task import RangeSpec, ReadTask
 
 __all__ = [

@@ -20,9 +20,10 @@ from itertools import groupby
 
 import pyarrow as pa
 
-from multikafka.providers import ReadOutcome, TopicPartitionRange
-from multikafka.v1 import reader_pb2
-from reader_agent.arrow import record_batch
+from multikafka_core.arrow import record_batch
+from multikafka_core.background import BackgroundThreads
+from multikafka_core.providers import ReadOutcome, TopicPartitionRange
+from multikafka_core.v1 import reader_pb2
 from reader_agent.link import CoordinatorLink
 from reader_agent.subreader import RangeReaderFactory, SubReader, SubReaderStats, kafka_reader
 from reader_agent.task import RangeSpec, ReadTask
@@ -60,11 +61,8 @@ class ReaderAgent:
         #: still reading them abandon their ranges.
         self._removed: dict[Key, None] = {}
         self._links: dict[str, CoordinatorLink] = {}
-        self._stop = threading.Event()
-        self._reaper = threading.Thread(
-            target=self._reap_loop, name="multikafka-idle-reaper", daemon=True
-        )
-        self._reaper.start()
+        self._threads = BackgroundThreads("multikafka-agent")
+        self._threads.every("idle-reaper", max(min(idle_timeout_s / 4, 5.0), 0.05), self.reap_idle)
         self.pid = os.getpid()
 
     # -- reading -------------------------------------------------------------
@@ -254,10 +252,6 @@ class ReaderAgent:
         with self._lock:
             return sorted(set(self._subs) | set(self._stats) | set(self._desired))
 
-    def _reap_loop(self) -> None:
-        while not self._stop.wait(max(min(self.idle_timeout_s / 4, 5.0), 0.05)):
-            self.reap_idle()
-
     def reap_idle(self) -> int:
         """Close sub-readers idle for longer than the idle timeout."""
         now = time.monotonic()
@@ -272,7 +266,7 @@ class ReaderAgent:
         return len(idle)
 
     def close(self) -> None:
-        self._stop.set()
+        self._threads.stop()
         with self._lock:
             for sub in list(self._subs.values()):
                 self._retire(sub)
@@ -280,7 +274,6 @@ class ReaderAgent:
             self._links.clear()
         for link in links:
             link.close()
-        self._reaper.join(5)
 
 
 def _rounds(ranges: list[RangeSpec]) -> Iterator[list[RangeSpec]]:

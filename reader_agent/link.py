@@ -1,7 +1,7 @@
 """The agent's connection to the coordinator's Reader service.
 
-Two daemon threads: one holds the Subscribe stream (re-registering and
-re-subscribing whenever it breaks), one sends heartbeats, and sends one at
+Two background threads: one holds the Subscribe stream (registering and
+subscribing again whenever it breaks), one sends heartbeats, and sends one at
 once after every applied event (the acknowledgement that ends a reconcile).
 """
 
@@ -16,19 +16,15 @@ from typing import Any
 
 import grpc
 
-from multikafka.v1 import reader_pb2, reader_pb2_grpc
+from multikafka_core import transport
+from multikafka_core.background import BackgroundThreads
+from multikafka_core.retry import Backoff, retry
+from multikafka_core.v1 import reader_pb2, reader_pb2_grpc
 
 logger = logging.getLogger(__name__)
 
 EventHandler = Callable[[reader_pb2.ReconcileEvent], None]
 StatsProvider = Callable[[], tuple[int, list[reader_pb2.SubReaderStats]]]
-
-
-def channel(address: str, *, tls_ca: bytes | None = None) -> grpc.Channel:
-    options = [("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_permit_without_calls", 1)]
-    if tls_ca is not None:
-        return grpc.secure_channel(address, grpc.ssl_channel_credentials(tls_ca), options=options)
-    return grpc.insecure_channel(address, options=options)
 
 
 class CoordinatorLink:
@@ -47,34 +43,24 @@ class CoordinatorLink:
         self._on_event = on_event
         self._stats = stats
         self._heartbeat_s = heartbeat_interval_s
-        self._retry_s = retry_s
-        self._channel = channel(address)
+        self._backoff = Backoff.constant(retry_s)
+        self._channel = transport.channel(address)
         self._stub = reader_pb2_grpc.ReaderStub(self._channel)
-        self._stop = threading.Event()
+        self._threads = BackgroundThreads(f"multikafka-link-{address}")
         self._beat = threading.Event()
         self._stream: Any = None
         self._registered = threading.Event()
-        self._threads = [
-            threading.Thread(
-                target=self._subscribe_loop, name=f"multikafka-subscribe-{address}", daemon=True
-            ),
-            threading.Thread(
-                target=self._heartbeat_loop, name=f"multikafka-heartbeat-{address}", daemon=True
-            ),
-        ]
 
     def start(self) -> None:
-        for t in self._threads:
-            t.start()
+        self._threads.run("subscribe", self._subscribe)
+        self._threads.every("heartbeat", self._heartbeat_s, self._heartbeat, wake=self._beat)
 
     def close(self) -> None:
-        self._stop.set()
-        self._beat.set()
+        self._threads.stopping.set()
         stream = self._stream
         if stream is not None:
             stream.cancel()
-        for t in self._threads:
-            t.join(5)
+        self._threads.stop()
         self._channel.close()
 
     def acknowledge(self) -> None:
@@ -101,43 +87,52 @@ class CoordinatorLink:
         )
         self._registered.set()
 
-    def _subscribe_loop(self) -> None:
-        while not self._stop.is_set():
+    def _subscribe(self) -> None:
+        """Register and follow the event stream until the link closes."""
+        stopping = self._threads.stopping
+        while not stopping.is_set():
             try:
-                self._register()
-                self._stream = self._stub.Subscribe(
-                    reader_pb2.SubscribeRequest(agent_id=self.agent_id)
-                )
-                for event in self._stream:
-                    self._on_event(event)
-                    self.acknowledge()
-            except grpc.RpcError as exc:
-                if self._stop.is_set():
-                    return
-                code = exc.code() if isinstance(exc, grpc.Call) else None
-                logger.debug("subscription to %s broke (%s); retrying", self.address, code)
-            self._stop.wait(self._retry_s)
-
-    def _heartbeat_loop(self) -> None:
-        while not self._stop.is_set():
-            self._beat.wait(self._heartbeat_s)
-            self._beat.clear()
-            if self._stop.is_set() or not self._registered.is_set():
-                continue
-            applied, stats = self._stats()
-            try:
-                resp = self._stub.Heartbeat(
-                    reader_pb2.HeartbeatRequest(
-                        agent_id=self.agent_id, applied_generation=applied, sub_readers=stats
+                retry(
+                    self._follow,
+                    on=(grpc.RpcError,),
+                    when=lambda _: not stopping.is_set(),
+                    backoff=self._backoff,
+                    sleep=stopping.wait,
+                    on_retry=lambda exc, _: logger.debug(
+                        "subscription to %s broke (%s); retrying",
+                        self.address,
+                        exc.code() if isinstance(exc, grpc.Call) else exc,
                     ),
-                    timeout=5,
                 )
-                if not resp.known:
-                    # The coordinator restarted or expired us: register and
-                    # subscribe again (the subscribe loop does both).
-                    self._registered.clear()
-                    stream = self._stream
-                    if stream is not None:
-                        stream.cancel()
             except grpc.RpcError:
-                logger.debug("heartbeat to %s failed", self.address)
+                return  # closing
+            stopping.wait(self._backoff.first_s)  # the coordinator ended the stream: resync
+
+    def _follow(self) -> None:
+        self._register()
+        self._stream = self._stub.Subscribe(reader_pb2.SubscribeRequest(agent_id=self.agent_id))
+        for event in self._stream:
+            self._on_event(event)
+            self.acknowledge()
+
+    def _heartbeat(self) -> None:
+        if not self._registered.is_set():
+            return
+        applied, stats = self._stats()
+        try:
+            resp = self._stub.Heartbeat(
+                reader_pb2.HeartbeatRequest(
+                    agent_id=self.agent_id, applied_generation=applied, sub_readers=stats
+                ),
+                timeout=5,
+            )
+        except grpc.RpcError:
+            logger.debug("heartbeat to %s failed", self.address)
+            return
+        if not resp.known:
+            # The coordinator restarted or expired us: register and subscribe
+            # again (the subscribe loop does both).
+            self._registered.clear()
+            stream = self._stream
+            if stream is not None:
+                stream.cancel()

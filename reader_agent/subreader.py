@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from multikafka.model import Connection
-from multikafka.providers import RangeReader
-from multikafka.providers.kafka import KafkaRangeReader
+from multikafka_core.model import Connection
+from multikafka_core.providers import RangeReader
+from multikafka_core.providers.kafka import KafkaRangeReader
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from multikafka.model import Connection
+from multikafka_core.model import Connection
 
 
 @dataclass(frozen=True)

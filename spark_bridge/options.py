@@ -10,9 +10,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from multikafka import offsets as ov
-from multikafka.exceptions import ValidationError
-from multikafka.v1 import planner_pb2
+from multikafka_core import offsets as ov
+from multikafka_core.exceptions import ValidationError
+from multikafka_core.v1 import planner_pb2
 
 Position = planner_pb2.Position
 

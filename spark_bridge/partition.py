@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import InputPartition
 
-from multikafka._secrets import Properties
-from multikafka.model import Connection
-from multikafka.v1 import planner_pb2
+from multikafka_core._secrets import Properties
+from multikafka_core.model import Connection
+from multikafka_core.v1 import planner_pb2
 from reader_agent.task import RangeSpec, ReadTask
 
 

@@ -28,14 +28,21 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from multikafka import env
 from multikafka.devstack import CoordinatorThread, EtcdServer, TansuBroker
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from coordinator import CoordinatorConfig
-    from multikafka.admin_client import AdminClient
+    from multikafka_core.admin_client import AdminClient
+
+
+#: Point the integration tests at external services instead of starting etcd
+#: and tansu brokers (test-suite settings: they are not product settings, so
+#: they live here and not in ``multikafka_core.env``).
+TEST_ETCD = "MULTIKAFKA_TEST_ETCD"
+#: Bootstrap addresses, one list per cluster, clusters separated by ``;``.
+TEST_KAFKA_CLUSTERS = "MULTIKAFKA_TEST_KAFKA_CLUSTERS"
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +52,7 @@ def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def etcd_url(session_dir: Path) -> Iterator[str]:
-    external = env.get(env.TEST_ETCD)
+    external = os.environ.get(TEST_ETCD, "")
     if external:
         yield external
         return
@@ -73,7 +80,7 @@ class KafkaClusters:
 
     def __init__(self, work_dir: Path) -> None:
         self._work_dir = work_dir
-        external = env.get(env.TEST_KAFKA_CLUSTERS)
+        external = os.environ.get(TEST_KAFKA_CLUSTERS, "")
         self._external = [c.strip() for c in external.split(";") if c.strip()] if external else []
         self._shared: list[Cluster] = []
         self._private: list[TansuBroker] = []
@@ -86,7 +93,7 @@ class KafkaClusters:
             if self._external:
                 if i >= len(self._external):
                     pytest.skip(
-                        f"needs {n} clusters; {env.TEST_KAFKA_CLUSTERS} names {len(self._external)}"
+                        f"needs {n} clusters; {TEST_KAFKA_CLUSTERS} names {len(self._external)}"
                     )
                 self._shared.append(Cluster(f"ext{i}", self._external[i]))
             else:
@@ -175,7 +182,7 @@ def make_coordinator(etcd_url: str) -> Iterator[Callable[..., CoordinatorThread]
 
 @pytest.fixture
 def admin(coordinator: CoordinatorThread) -> Iterator[AdminClient]:
-    from multikafka.admin_client import AdminClient
+    from multikafka_core.admin_client import AdminClient
 
     with AdminClient(coordinator.address) as client:
         yield client

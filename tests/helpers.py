@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from multikafka.devstack.data import (
-    TANSU_PROPERTIES,
-    create_topics,
-    produce_sequence,
-    sequence_report,
-    stream_doc,
-)
+from multikafka.devstack.feed import FENCE_KEY, SequenceProducer, create_topics, fence
+from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
 
 if TYPE_CHECKING:
-    from multikafka.admin_client import AdminClient
+    from multikafka_core.admin_client import AdminClient
 
 T = TypeVar("T")
 
@@ -24,6 +20,7 @@ __all__ = [
     "TANSU_PROPERTIES",
     "assert_exactly_once",
     "eventually",
+    "produce_sequence",
     "seeded_stream",
     "sequence_report",
     "stream_doc",
@@ -55,6 +52,34 @@ def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: f
                 raise error
             raise AssertionError(f"condition not met within {timeout_s}s (last value {last!r})")
         time.sleep(interval_s)
+
+
+def sequence_report(
+    keys: Iterable[str], expected: Mapping[str, int]
+) -> tuple[list[str], dict[str, int]]:
+    """Missing keys and duplicated keys (key -> count) among ``keys`` for
+    ``expected`` labels with sequence numbers 0..n-1. Fence keys are ignored."""
+    fence_key = FENCE_KEY.decode()
+    counts = Counter(k for k in keys if not k.startswith(fence_key))
+    missing = [
+        f"{label}:{s}"
+        for label, n in expected.items()
+        for s in range(n)
+        if f"{label}:{s}" not in counts
+    ]
+    duplicated = {k: c for k, c in counts.items() if c > 1}
+    return missing, duplicated
+
+
+def produce_sequence(
+    bootstrap: str, topic: str, partitions: int, label: str, seqs: Iterable[int]
+) -> int:
+    """Produce records ``label:seq`` in batches, then fence every partition."""
+    producer = SequenceProducer(bootstrap)
+    n = producer.produce(topic, partitions, label, seqs)
+    producer.flush()
+    fence(bootstrap, topic, partitions)
+    return n
 
 
 def assert_exactly_once(keys: Iterable[str], expected: dict[str, int]) -> None:

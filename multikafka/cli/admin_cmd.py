@@ -14,11 +14,11 @@ from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
-from multikafka import env
-from multikafka.admin_client import AdminClient
-from multikafka.exceptions import MultikafkaError
-from multikafka.v1 import admin_pb2
-from multikafka.validation import parse_duration_ms
+from multikafka_core import env
+from multikafka_core.admin_client import AdminClient
+from multikafka_core.exceptions import MultikafkaError
+from multikafka_core.v1 import admin_pb2
+from multikafka_core.validation import parse_duration_ms
 
 console = Console()
 

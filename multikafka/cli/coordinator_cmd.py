@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-from multikafka import env
-
-if TYPE_CHECKING:
-    from coordinator import Coordinator
+from coordinator import Coordinator, CoordinatorConfig, EtcdEndpoint, TlsFiles
+from multikafka_core import env
 
 
 @click.command("coordinator")
@@ -54,8 +51,6 @@ def coordinator_command(
 ) -> None:
     """Run the coordinator: watch stream metadata in etcd, plan micro-batches,
     push reconcile events, serve the Admin/Planner/Reader gRPC services."""
-    from coordinator import Coordinator, CoordinatorConfig, EtcdEndpoint, TlsFiles
-
     tls = TlsFiles(tls_cert, tls_key, tls_client_ca or "") if tls_cert and tls_key else None
     config = CoordinatorConfig.from_env(
         etcd=EtcdEndpoint.parse(etcd) if etcd else None,

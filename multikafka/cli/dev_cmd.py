@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import sys
 import threading
@@ -10,6 +11,9 @@ import threading
 import click
 from rich.console import Console
 from rich.table import Table
+
+from multikafka.demo import run_demo
+from multikafka.devstack.stack import local_stack
 
 console = Console()
 
@@ -26,8 +30,6 @@ def dev_group() -> None:
 @click.option("--metrics-listen", default="127.0.0.1:9464", help="coordinator Prometheus host:port")
 def dev_up(clusters: str, listen: str, etcd_port: int, metrics_listen: str) -> None:
     """Start etcd, one tansu broker per cluster and a coordinator; run until Ctrl-C."""
-    from multikafka.devstack.stack import local_stack
-
     names = tuple(n.strip() for n in clusters.split(",") if n.strip())
     with local_stack(
         names, etcd_port=etcd_port, coordinator_listen=listen, metrics_listen=metrics_listen
@@ -60,10 +62,6 @@ def dev_up(clusters: str, listen: str, etcd_port: int, metrics_listen: str) -> N
 )
 def demo_command(records: int, failover: bool) -> None:
     """Run the main job end to end on the embedded default stack."""
-    import logging
-
-    from multikafka.demo import run_demo
-
     # The demo prints the coordinator's history at the end; keep its INFO
     # lines from interleaving with the progress bars (--log-level overrides).
     parent = click.get_current_context().parent

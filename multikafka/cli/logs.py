@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from multikafka import env
+from multikafka_core import env
 
 #: ``extra`` fields printed after the message when a record carries them.
 CONTEXT_FIELDS = ("stream", "cluster", "generation", "kind", "split", "agent", "error", "address")

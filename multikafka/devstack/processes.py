@@ -13,15 +13,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
-from multikafka.exceptions import UnavailableError
-
-if TYPE_CHECKING:
-    from coordinator import Coordinator, CoordinatorConfig
+from coordinator import Coordinator, CoordinatorConfig
+from multikafka_core.exceptions import UnavailableError
+from multikafka_core.retry import Backoff, retry
 
 logger = logging.getLogger(__name__)
 
@@ -34,17 +32,14 @@ def free_port() -> int:
 
 
 def wait_for_port(port: int, timeout_s: float = 20.0, host: str = "127.0.0.1") -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise UnavailableError(
-                    f"nothing listens on {host}:{port} after {timeout_s}s"
-                ) from None
-            time.sleep(0.05)
+    def connect() -> None:
+        with socket.create_connection((host, port), timeout=0.5):
+            return
+
+    try:
+        retry(connect, on=(OSError,), deadline_s=timeout_s, backoff=Backoff.constant(0.05))
+    except OSError:
+        raise UnavailableError(f"nothing listens on {host}:{port} after {timeout_s}s") from None
 
 
 class ManagedProcess:
@@ -232,8 +227,6 @@ class CoordinatorThread:
         )
 
     def start(self, timeout_s: float = 60.0) -> CoordinatorThread:
-        from coordinator import Coordinator
-
         self._thread.start()
         self.coordinator = Coordinator(self.config)
         self.call(self.coordinator.start(), timeout_s)

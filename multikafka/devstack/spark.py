@@ -6,6 +6,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from spark_bridge import MultiKafkaDataSource
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -22,8 +24,6 @@ def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
-
-    from spark_bridge import MultiKafkaDataSource
 
     spark = (
         SparkSession.builder.master(f"local[{cores}]")

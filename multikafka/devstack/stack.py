@@ -4,11 +4,44 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from coordinator import CoordinatorConfig, EtcdEndpoint
 from multikafka.devstack.processes import CoordinatorThread, EtcdServer, TansuBroker, temp_work_dir
+
+#: Client settings of every stream on the dev stack's tansu brokers: tansu
+#: answers a fetch only after the full fetch.wait.max.ms even when it has data
+#: (ARCHITECTURE.md). Not a product default.
+TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
+
+
+def stream_doc(
+    name: str,
+    clusters: Mapping[str, tuple[str, list[str]]],
+    *,
+    states: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A stream document for the dev stack: ``clusters`` maps id ->
+    (bootstrap, topics); ``states`` sets clusters' states (default ACTIVE)."""
+    doc: dict[str, Any] = {
+        "name": name,
+        "clusters": {
+            cid: {
+                "bootstrap_servers": bs,
+                "topics": list(topics),
+                "properties": dict(TANSU_PROPERTIES),
+            }
+            for cid, (bs, topics) in clusters.items()
+        },
+    }
+    for cid, state in (states or {}).items():
+        doc["clusters"][cid]["state"] = state
+    doc.update(extra)
+    return doc
 
 
 @dataclass
@@ -32,8 +65,6 @@ class LocalStack:
     def start_coordinator(
         self, *, listen: str = "127.0.0.1:0", **config: object
     ) -> CoordinatorThread:
-        from coordinator import CoordinatorConfig, EtcdEndpoint
-
         cfg = CoordinatorConfig(etcd=EtcdEndpoint.parse(self.etcd.url), listen=listen, **config)  # type: ignore[arg-type]
         self.coordinator = CoordinatorThread(cfg).start()
         return self.coordinator

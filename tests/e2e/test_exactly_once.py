@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.data import create_topics, produce_sequence
+from multikafka.devstack.feed import create_topics
+from multikafka_core.admin_client import AdminClient
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import (
     batch_source,
@@ -24,7 +24,7 @@ from tests.e2e.spark_helpers import (
     source,
     start_to_parquet,
 )
-from tests.helpers import assert_exactly_once, eventually, stream_doc, uid
+from tests.helpers import assert_exactly_once, eventually, produce_sequence, stream_doc, uid
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -198,7 +198,7 @@ def test_starting_positions_and_headers(
     time.sleep(0.05)  # a record time strictly after the old ones (append time, ms)
     cut = int(time.time() * 1000)
     time.sleep(0.05)
-    from multikafka.devstack.data import SequenceProducer, fence
+    from multikafka.devstack.feed import SequenceProducer, fence
 
     producer = SequenceProducer(a.bootstrap)
     producer.produce(topic, 1, "new", range(50), headers=True)

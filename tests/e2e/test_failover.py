@@ -10,12 +10,19 @@ from typing import Any
 import pytest
 
 from multikafka import PreconditionError
-from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.data import Feed, create_topics, fence, produce_sequence
+from multikafka.devstack.feed import Feed, create_topics, fence
+from multikafka_core.admin_client import AdminClient
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import sink_rows, source, start_to_parquet
-from tests.helpers import assert_exactly_once, eventually, sequence_report, stream_doc, uid
+from tests.helpers import (
+    assert_exactly_once,
+    eventually,
+    produce_sequence,
+    sequence_report,
+    stream_doc,
+    uid,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from multikafka import NotFoundError, PreconditionError, ValidationError
-from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.data import create_topics, produce_sequence
-from spark_bridge.client import PlannerClient
+from multikafka.devstack.feed import create_topics
+from multikafka_core.admin_client import AdminClient
+from multikafka_core.planner_client import PlannerClient
 from tests.conftest import KafkaClusters
-from tests.helpers import stream_doc, uid
+from tests.helpers import produce_sequence, stream_doc, uid
 
 pytestmark = pytest.mark.integration
 

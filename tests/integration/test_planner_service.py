@@ -9,14 +9,14 @@ from collections.abc import Iterator
 import pytest
 
 from multikafka import DataLossError, ValidationError
-from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.data import SequenceProducer, create_topics, fence, produce_sequence
-from multikafka.offsets import NO_SPLITS
-from multikafka.v1 import planner_pb2
-from spark_bridge.client import PlannerClient
+from multikafka.devstack.feed import SequenceProducer, create_topics, fence
+from multikafka_core.admin_client import AdminClient
+from multikafka_core.offsets import NO_SPLITS
+from multikafka_core.planner_client import PlannerClient
+from multikafka_core.v1 import planner_pb2
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, seeded_stream, stream_doc, uid
+from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
 
 pytestmark = pytest.mark.integration
 Position = planner_pb2.Position

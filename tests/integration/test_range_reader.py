@@ -8,13 +8,14 @@ from collections.abc import Iterator
 import pytest
 
 from multikafka import DataLossError
-from multikafka._secrets import Properties
-from multikafka.devstack.data import create_topics, produce_sequence
-from multikafka.model import Connection
-from multikafka.providers import ReadOutcome, TopicPartitionRange
-from multikafka.providers.kafka import KafkaRangeReader
+from multikafka.devstack.feed import create_topics
+from multikafka.devstack.stack import TANSU_PROPERTIES
+from multikafka_core._secrets import Properties
+from multikafka_core.model import Connection
+from multikafka_core.providers import ReadOutcome, TopicPartitionRange
+from multikafka_core.providers.kafka import KafkaRangeReader
 from tests.conftest import KafkaClusters
-from tests.helpers import TANSU_PROPERTIES, uid
+from tests.helpers import produce_sequence, uid
 
 pytestmark = pytest.mark.integration
 

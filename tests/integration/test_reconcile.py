@@ -13,15 +13,15 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer
 
-from multikafka.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.data import create_topics, produce_sequence
-from multikafka.v1 import planner_pb2
+from multikafka.devstack.feed import create_topics
+from multikafka_core.admin_client import AdminClient
+from multikafka_core.planner_client import PlannerClient
+from multikafka_core.v1 import planner_pb2
 from reader_agent import ReaderAgent, ReadTask
-from spark_bridge.client import PlannerClient
 from spark_bridge.partition import partitions_from_plan
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, seeded_stream, stream_doc, uid
+from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
 
 pytestmark = pytest.mark.integration
 

@@ -10,13 +10,12 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pytest
 
-from multikafka._secrets import Properties
-from multikafka.model import Connection
-from multikafka.providers import Columns, ReadOutcome, TopicPartitionRange
-from multikafka.providers.kafka import HEADERS_TYPE, TIMESTAMP_TYPE
-from multikafka.v1 import reader_pb2
+from multikafka_core._secrets import Properties
+from multikafka_core.arrow import HEADERS_TYPE, SCHEMA, SCHEMA_WITH_HEADERS, TIMESTAMP_TYPE, Columns
+from multikafka_core.model import Connection
+from multikafka_core.providers import ReadOutcome, TopicPartitionRange
+from multikafka_core.v1 import reader_pb2
 from reader_agent.agent import ReaderAgent
-from reader_agent.arrow import SCHEMA, SCHEMA_WITH_HEADERS
 from reader_agent.task import RangeSpec, ReadTask
 from tests.helpers import eventually
 

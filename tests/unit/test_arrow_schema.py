@@ -23,13 +23,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from multikafka.providers import Columns
-from multikafka.providers.kafka import HEADERS_TYPE, TIMESTAMP_TYPE
-from reader_agent.arrow import (
+from multikafka_core.arrow import (
+    HEADERS_TYPE,
     SCHEMA,
     SCHEMA_WITH_HEADERS,
     SPARK_DDL,
     SPARK_DDL_WITH_HEADERS,
+    TIMESTAMP_TYPE,
+    Columns,
     record_batch,
 )
 

@@ -16,10 +16,10 @@ from coordinator.config import CoordinatorConfig
 from coordinator.discovery import Discovery
 from coordinator.planner import ClusterSnapshot, new_splits
 from coordinator.stream_state import StreamView
-from multikafka.exceptions import UnavailableError
-from multikafka.model import ClusterState, Connection
-from multikafka.providers import OffsetQuery
-from multikafka.validation import parse_stream
+from multikafka_core.exceptions import UnavailableError
+from multikafka_core.model import ClusterState, Connection
+from multikafka_core.providers import OffsetQuery
+from multikafka_core.validation import parse_stream
 
 
 class FakeCluster:

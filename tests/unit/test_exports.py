@@ -67,11 +67,11 @@ def test_every_public_name_is_importable(package: str) -> None:
 @pytest.mark.parametrize(
     ("package", "name", "home"),
     [
-        ("multikafka", "ValidationError", "multikafka.exceptions"),
-        ("multikafka", "StreamSpec", "multikafka.model"),
-        ("multikafka", "parse_stream", "multikafka.validation"),
+        ("multikafka", "ValidationError", "multikafka_core.exceptions"),
+        ("multikafka", "StreamSpec", "multikafka_core.model"),
+        ("multikafka", "parse_stream", "multikafka_core.validation"),
         ("reader_agent", "ReaderAgent", "reader_agent.agent"),
-        ("reader_agent", "record_batch", "reader_agent.arrow"),
+        ("reader_agent", "record_batch", "multikafka_core.arrow"),
         ("spark_bridge", "SourceOptions", "spark_bridge.options"),
     ],
 )

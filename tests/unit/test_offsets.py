@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from multikafka import offsets as ov
-from multikafka.exceptions import ValidationError
-from multikafka.model import SplitId
-from multikafka.offsets import NO_SPLITS, OFFSET_MAX
+from multikafka_core import offsets as ov
+from multikafka_core.exceptions import ValidationError
+from multikafka_core.model import SplitId
+from multikafka_core.offsets import NO_SPLITS, OFFSET_MAX
 
 
 def test_canonical_sorts_keys() -> None:

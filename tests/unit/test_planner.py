@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 import pytest
 
 from coordinator.planner import ClusterSnapshot, allocate, new_splits, plan_end
-from multikafka.exceptions import DataLossError
-from multikafka.model import ClusterState
-from multikafka.offsets import NO_SPLITS, to_json
+from multikafka_core.exceptions import DataLossError
+from multikafka_core.model import ClusterState
+from multikafka_core.offsets import NO_SPLITS, to_json
 
 ACTIVE = ClusterState.ACTIVE
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from multikafka.exceptions import ValidationError
-from multikafka.v1.planner_pb2 import Position
+from multikafka_core.exceptions import ValidationError
+from multikafka_core.v1.planner_pb2 import Position
 from spark_bridge.options import KNOWN, SourceOptions
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from multikafka._secrets import Properties
-from multikafka.exceptions import ValidationError
-from multikafka.model import (
+from multikafka_core._secrets import Properties
+from multikafka_core.exceptions import ValidationError
+from multikafka_core.model import (
     AutoFailover,
     ClusterState,
     FailoverStrategy,
@@ -18,7 +18,7 @@ from multikafka.model import (
     StartKind,
     StreamSpec,
 )
-from multikafka.validation import (
+from multikafka_core.validation import (
     parse_duration_ms,
     parse_starting,
     parse_stream,

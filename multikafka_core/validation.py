@@ -1,0 +1,255 @@
+"""Parse and validate stream documents.
+
+The same validation guards the admin API (a bad document is ``INVALID_ARGUMENT``)
+and the etcd watch (a bad value written directly is ignored and the last good
+version kept). Every error names the field to fix, e.g.
+``clusters.west.bootstrap_servers: required``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from multikafka_core._secrets import Properties
+from multikafka_core.exceptions import ValidationError
+from multikafka_core.model import (
+    AutoFailover,
+    ClusterSpec,
+    ClusterState,
+    FailoverStrategy,
+    StartingPosition,
+    StartKind,
+    StreamSpec,
+)
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h)?$")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1}
+
+#: Properties multikafka sets itself; a document may not override them.
+_RESERVED_PROPERTIES = {
+    "bootstrap.servers": "use the cluster's bootstrap_servers field",
+    "enable.auto.commit": "multikafka commits offsets only after Spark commits a batch",
+    "enable.auto.offset.store": "multikafka commits offsets only after Spark commits a batch",
+}
+
+_STREAM_FIELDS = {"name", "clusters", "auto_failover"}
+_CLUSTER_FIELDS = {"bootstrap_servers", "topics", "properties", "state", "starting"}
+_FAILOVER_FIELDS = {
+    "standby",
+    "unreachable_after_ms",
+    "unreachable_after",
+    "strategy",
+    "margin_ms",
+    "margin",
+}
+
+
+def validate_name(value: object, field: str) -> str:
+    """A stream or cluster name: letters, digits, ``.``, ``_``, ``-`` (no ``/``)."""
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, got {_type(value)}")
+    if not _NAME.fullmatch(value):
+        raise ValidationError(
+            field,
+            f"{value!r} is not a valid name: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+        )
+    return value
+
+
+def parse_duration_ms(value: object, field: str) -> int:
+    """``1500``, ``"1500ms"``, ``"30s"``, ``"2m"``, ``"1h"`` -> milliseconds."""
+    if isinstance(value, bool):
+        raise ValidationError(field, "must be a duration such as 30s or 500ms, got a boolean")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValidationError(field, "must not be negative")
+        return value
+    if isinstance(value, str):
+        m = _DURATION.fullmatch(value.strip())
+        if m:
+            return int(m.group(1)) * _DURATION_MS[m.group(2)]
+    raise ValidationError(field, f"must be a duration such as 30s or 500ms, got {value!r}")
+
+
+def parse_stream_json(text: str | bytes, *, expected_name: str | None = None) -> StreamSpec:
+    """Parse a stream document from JSON text; see :func:`parse_stream`."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValidationError("", f"not valid JSON: {exc}") from exc
+    return parse_stream(doc, expected_name=expected_name)
+
+
+def parse_stream(doc: object, *, expected_name: str | None = None) -> StreamSpec:
+    """Validate a decoded stream document and return the :class:`StreamSpec`.
+
+    ``expected_name`` is the name implied by where the document is stored; the
+    document's own ``name`` must match it.
+    """
+    obj = _object(doc, "", _STREAM_FIELDS)
+    name = validate_name(_required(obj, "name", ""), "name")
+    if expected_name is not None and name != expected_name:
+        raise ValidationError(
+            "name", f"is {name!r} but the document is stored as {expected_name!r}"
+        )
+    clusters_doc = _object(_required(obj, "clusters", ""), "clusters")
+    if not clusters_doc:
+        raise ValidationError("clusters", "must name at least one cluster")
+    clusters = {
+        validate_name(cid, f"clusters.{cid}"): _parse_cluster(cdoc, f"clusters.{cid}")
+        for cid, cdoc in clusters_doc.items()
+    }
+    auto = None
+    if obj.get("auto_failover") is not None:
+        auto = _parse_auto_failover(obj["auto_failover"], clusters)
+    return StreamSpec(name=name, clusters=clusters, auto_failover=auto)
+
+
+def _parse_cluster(doc: object, path: str) -> ClusterSpec:
+    obj = _object(doc, path, _CLUSTER_FIELDS)
+    bootstrap = _parse_bootstrap(
+        _required(obj, "bootstrap_servers", path), f"{path}.bootstrap_servers"
+    )
+    topics = _parse_topics(_required(obj, "topics", path), f"{path}.topics")
+    properties = _parse_properties(obj.get("properties", {}), f"{path}.properties")
+    state = _parse_state(obj.get("state", "ACTIVE"), f"{path}.state")
+    starting = None
+    if obj.get("starting") is not None:
+        starting = parse_starting(obj["starting"], f"{path}.starting")
+    return ClusterSpec(bootstrap, topics, properties, state, starting)
+
+
+def _parse_bootstrap(value: object, field: str) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string like 'host:9092', got {_type(value)}")
+    servers = [s.strip() for s in value.split(",") if s.strip()]
+    if not servers:
+        raise ValidationError(field, "must name at least one broker as 'host:port'")
+    for server in servers:
+        host_port = server.split("://", 1)[-1]
+        m = _HOST_PORT.fullmatch(host_port)
+        if not m or not 0 < int(m.group(2)) < 65536:
+            raise ValidationError(field, f"{server!r} is not 'host:port' with a port in 1-65535")
+    return ",".join(servers)
+
+
+def _parse_topics(value: object, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ValidationError(field, f"must be a list of topic names, got {_type(value)}")
+    if not value:
+        raise ValidationError(field, "must name at least one topic")
+    seen: set[str] = set()
+    for i, topic in enumerate(value):
+        if not isinstance(topic, str):
+            raise ValidationError(f"{field}[{i}]", f"must be a string, got {_type(topic)}")
+        if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+            raise ValidationError(
+                f"{field}[{i}]",
+                f"{topic!r} is not a valid Kafka topic name (1-249 of letters, digits, '.', '_', '-')",
+            )
+        if topic in seen:
+            raise ValidationError(f"{field}[{i}]", f"topic {topic!r} is listed twice")
+        seen.add(topic)
+    return tuple(value)
+
+
+def _parse_properties(value: object, field: str) -> Properties:
+    obj = _object(value, field)
+    props: dict[str, str] = {}
+    for key, val in obj.items():
+        if key in _RESERVED_PROPERTIES:
+            raise ValidationError(f"{field}.{key}", f"may not be set: {_RESERVED_PROPERTIES[key]}")
+        if isinstance(val, bool):
+            props[key] = "true" if val else "false"
+        elif isinstance(val, (str, int, float)):
+            props[key] = str(val)
+        else:
+            raise ValidationError(
+                f"{field}.{key}", f"must be a string, number or boolean, got {_type(val)}"
+            )
+    return Properties(props)
+
+
+def _parse_state(value: object, field: str) -> ClusterState:
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, got {_type(value)}")
+    try:
+        return ClusterState(value.upper())
+    except ValueError:
+        allowed = ", ".join(s.value for s in ClusterState)
+        raise ValidationError(field, f"unknown state {value!r}; use one of {allowed}") from None
+
+
+def parse_starting(value: object, field: str) -> StartingPosition:
+    """``"earliest"``, ``"latest"`` or ``{"timestamp": <ms>}``."""
+    if isinstance(value, str) and value.lower() in ("earliest", "latest"):
+        return StartingPosition(StartKind(value.lower()))
+    if isinstance(value, dict) and set(value) == {"timestamp"}:
+        ts = value["timestamp"]
+        if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0:
+            return StartingPosition(StartKind.TIMESTAMP, ts)
+    raise ValidationError(
+        field, f'must be "earliest", "latest" or {{"timestamp": <ms since epoch>}}, got {value!r}'
+    )
+
+
+def _parse_auto_failover(doc: object, clusters: Mapping[str, ClusterSpec]) -> AutoFailover:
+    path = "auto_failover"
+    obj = _object(doc, path, _FAILOVER_FIELDS)
+    standby = validate_name(_required(obj, "standby", path), f"{path}.standby")
+    if standby not in clusters:
+        raise ValidationError(
+            f"{path}.standby", f"names {standby!r}, which is not a cluster of this stream"
+        )
+    window_key = "unreachable_after" if "unreachable_after" in obj else "unreachable_after_ms"
+    window = parse_duration_ms(_required(obj, window_key, path), f"{path}.{window_key}")
+    if window <= 0:
+        raise ValidationError(f"{path}.{window_key}", "must be longer than zero")
+    strategy_raw = obj.get("strategy", "timestamp")
+    try:
+        strategy = FailoverStrategy(strategy_raw)
+    except ValueError:
+        raise ValidationError(
+            f"{path}.strategy", f"unknown strategy {strategy_raw!r}; use timestamp or identity"
+        ) from None
+    margin_key = "margin" if "margin" in obj else "margin_ms"
+    margin = parse_duration_ms(obj.get(margin_key, 30_000), f"{path}.{margin_key}")
+    return AutoFailover(standby, window, strategy, margin)
+
+
+def _object(value: object, field: str, allowed: set[str] | None = None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValidationError(field, f"must be an object, got {_type(value)}")
+    if allowed is not None:
+        for key in value:
+            if key not in allowed:
+                where = f"{field}.{key}" if field else key
+                raise ValidationError(
+                    where, f"unknown field; allowed: {', '.join(sorted(allowed))}"
+                )
+    return value
+
+
+def _required(obj: Mapping[str, Any], key: str, path: str) -> object:
+    if key not in obj or obj[key] is None:
+        raise ValidationError(f"{path}.{key}" if path else key, "required")
+    return obj[key]
+
+
+def _type(value: object) -> str:
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
