@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
 
 from multikafka.cli import main
-from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.data import create_topics
+from multikafka.devstack import CoordinatorThread, free_port
+from multikafka.devstack.feed import create_topics
+from multikafka_core.admin_client import AdminClient
+from reader_agent import ReaderAgent
 from tests.conftest import KafkaClusters
-from tests.helpers import stream_doc, uid
+from tests.helpers import eventually, stream_doc, uid
 
 pytestmark = pytest.mark.integration
 
@@ -152,21 +155,55 @@ def test_cli_token(make_coordinator: object) -> None:
     assert code == 0
 
 
-def test_metrics_endpoint(make_coordinator: object, kafka: KafkaClusters) -> None:
-    from multikafka.admin_client import AdminClient
-    from multikafka.devstack import free_port
-
+def test_metrics_endpoint_reports_what_happened(
+    make_coordinator: object, kafka: KafkaClusters
+) -> None:
+    """Scraped values move with what the coordinator does: the generation of a
+    stream, a failover by its labels, a registered agent, a reconcile latency."""
     port = free_port()
     coord = make_coordinator(metrics_listen=f"127.0.0.1:{port}")  # type: ignore[operator]
-    (a,) = kafka.shared(1)
+    a, b = kafka.shared(2)
+    topic = uid("t")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 1})
     name = uid("metrics")
-    with AdminClient(coord.address) as admin:
-        info = admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [uid("t")])}))
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert f'multikafka_metadata_generation{{stream="{name}"}} {float(info.generation)}' in body
-    for family in (
-        "multikafka_reconcile_latency_seconds",
-        "multikafka_readers",
+
+    def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        return {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(body.decode())
+            for s in family.samples
+        }
+
+    failovers = (
         "multikafka_failovers_total",
-    ):
-        assert family in body
+        frozenset(
+            {("stream", name), ("from_cluster", "a"), ("to_cluster", "b"), ("mode", "admin")}
+        ),
+    )
+    readers = ("multikafka_readers", frozenset())
+    latencies = ("multikafka_reconcile_latency_seconds_count", frozenset())
+    generation = ("multikafka_metadata_generation", frozenset({("stream", name)}))
+    before = scrape()
+    assert failovers not in before
+    assert before[readers] == 0
+    agent = ReaderAgent(agent_id=uid("agent"), heartbeat_interval_s=0.2)
+    try:
+        with AdminClient(coord.address) as admin:
+            info = admin.put_stream(
+                stream_doc(
+                    name,
+                    {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])},
+                    states={"b": "STANDBY"},
+                )
+            )
+            assert scrape()[generation] == info.generation
+            agent.connect(coord.address)
+            eventually(lambda: scrape()[readers] == 1)
+            done = admin.failover(name, "a", "b", margin_ms=1000)
+        after = eventually(lambda: (s := scrape())[latencies] > before[latencies] and s)
+    finally:
+        agent.close()
+    assert after[failovers] == 1
+    assert after[generation] == done.generation > info.generation
