@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +34,12 @@ class WatchEvent:
     #: ``None`` for a delete.
     value: bytes | None
     revision: int
+
+
+#: What decoding one of the coordinator's own JSON records raises when the
+#: stored value is malformed: not JSON, a list where an object belongs, a
+#: missing field, a wrong type. Loaders catch exactly these, log and skip.
+MALFORMED = (ValueError, KeyError, TypeError, AttributeError)
 
 
 class Compacted(Exception):
@@ -87,18 +93,22 @@ class Etcd:
     async def put_if(self, key: str, value: bytes, expected_mod_revision: int) -> int:
         """Put only if the key's mod revision is ``expected_mod_revision``
         (0: only if the key does not exist). Returns the new revision."""
+        return await self.put_all_if([(key, value, expected_mod_revision)])
+
+    async def put_all_if(self, writes: Sequence[tuple[str, bytes, int]]) -> int:
+        """Put every ``(key, value, expected mod revision)`` in one transaction,
+        only if every key is still at its expected revision (0: absent): all
+        are written, at one revision, or none (:class:`ConflictError`)."""
         tx = self._client.transactions
-        compare = [tx.mod(key.encode()) == expected_mod_revision]
         ok, responses = await self._call(
             self._client.transaction,
-            compare=compare,
-            success=[tx.put(key.encode(), value)],
+            compare=[tx.mod(k.encode()) == rev for k, _, rev in writes],
+            success=[tx.put(k.encode(), v) for k, v, _ in writes],
             failure=[],
         )
         if not ok:
-            raise ConflictError(
-                f"{key} changed concurrently (expected version {expected_mod_revision})"
-            )
+            expected = ", ".join(f"{k} at version {rev}" for k, _, rev in writes)
+            raise ConflictError(f"changed concurrently; nothing written (expected {expected})")
         return int(responses[0].response_put.header.revision)
 
     async def delete(self, key: str) -> bool:
@@ -111,10 +121,11 @@ class Etcd:
 
     async def watch_range(
         self, start: str, end: str, start_revision: int
-    ) -> AsyncIterator[WatchEvent]:
-        """Events on keys in ``[start, end)`` from ``start_revision`` on, in
-        revision order. Raises :class:`Compacted` or :class:`UnavailableError`
-        when the watch breaks."""
+    ) -> AsyncIterator[list[WatchEvent]]:
+        """The changes of keys in ``[start, end)`` from ``start_revision`` on,
+        one list per etcd revision (the writes of one transaction arrive
+        together), in revision order. Raises :class:`Compacted` or
+        :class:`UnavailableError` when the watch breaks."""
         try:
             watch = await self._client.watch(
                 start.encode(), range_end=end.encode(), start_revision=start_revision
@@ -123,16 +134,48 @@ class Etcd:
             raise Compacted(str(exc)) from exc
         except aetcd.exceptions.ClientError as exc:
             raise UnavailableError(f"etcd watch at {self.endpoint}: {exc!r}") from exc
+        # aetcd hands out the events of one watch response one at a time; a
+        # pump moves each response's events into this queue in one go, so the
+        # events of one revision can be taken together.
+        queue: asyncio.Queue[WatchEvent | BaseException | None] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for ev in watch:
+                    kv = ev.kv
+                    value = None if ev.kind == aetcd.rtypes.EventKind.DELETE else kv.value
+                    queue.put_nowait(WatchEvent(kv.key.decode(), value, int(kv.mod_revision)))
+            except Exception as exc:
+                queue.put_nowait(exc)
+            else:
+                queue.put_nowait(None)
+
+        pumping = asyncio.create_task(pump(), name="etcd watch pump")
         try:
-            async for ev in watch:
-                kv = ev.kv
-                value = None if ev.kind == aetcd.rtypes.EventKind.DELETE else kv.value
-                yield WatchEvent(kv.key.decode(), value, int(kv.mod_revision))
-        except aetcd.exceptions.RevisionCompactedError as exc:
-            raise Compacted(str(exc)) from exc
-        except Exception as exc:  # any break of the stream (gRPC errors surface unwrapped)
-            raise UnavailableError(f"etcd watch at {self.endpoint} broke: {exc!r}") from exc
+            ahead: WatchEvent | BaseException | None = None
+            while True:
+                item = ahead if ahead is not None else await queue.get()
+                ahead = None
+                if item is None:
+                    return
+                if isinstance(item, aetcd.exceptions.RevisionCompactedError):
+                    raise Compacted(str(item)) from item
+                if isinstance(item, BaseException):
+                    # any break of the stream (gRPC errors surface unwrapped)
+                    raise UnavailableError(
+                        f"etcd watch at {self.endpoint} broke: {item!r}"
+                    ) from item
+                batch = [item]
+                while not queue.empty():
+                    nxt = queue.get_nowait()
+                    if isinstance(nxt, WatchEvent) and nxt.revision == item.revision:
+                        batch.append(nxt)
+                    else:
+                        ahead = nxt
+                        break
+                yield batch
         finally:
+            pumping.cancel()
             try:
                 await asyncio.wait_for(watch.cancel(), 1.0)
             except Exception:

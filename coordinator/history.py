@@ -11,7 +11,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
-from coordinator.etcd import Etcd
+from coordinator.etcd import MALFORMED, Etcd
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
 
@@ -46,7 +46,7 @@ class History:
         for kv in kvs:
             try:
                 items = [Entry(**e) for e in json.loads(kv.value)]
-            except (ValueError, TypeError):
+            except MALFORMED:
                 logger.warning("unreadable history ignored", extra={"key": kv.key})
                 continue
             self._entries[kv.key[len(self._prefix) :]] = deque(items, maxlen=self._size)

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from coordinator.etcd import Compacted, Etcd, WatchEvent, prefix_end
+from coordinator.etcd import MALFORMED, Compacted, Etcd, WatchEvent, prefix_end
 from coordinator.stream_state import StreamStatus, StreamView
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import NotFoundError, UnavailableError, ValidationError
@@ -113,10 +113,20 @@ class MetadataStore:
         await self._etcd.delete(self.status_prefix + name)
         return deleted
 
-    async def put_status(self, name: str, status: StreamStatus, expected_version: int) -> int:
-        return await self._etcd.put_if(
-            self.status_prefix + name, status.to_json(), expected_version
-        )
+    async def update(self, view: StreamView, status: StreamStatus, spec: StreamSpec) -> int:
+        """Write a stream's new status and document in one transaction, only if
+        neither changed since ``view`` was applied (else :class:`ConflictError`
+        and nothing is written). Returns the revision (the view's generation
+        when nothing changed)."""
+        writes = []
+        if status != view.status:
+            writes.append((self.status_prefix + view.name, status.to_json(), view.status_revision))
+        if spec != view.spec:
+            raw = spec.to_json(redact=False).encode()
+            writes.append((self.streams_prefix + view.name, raw, view.spec_revision))
+        if not writes:
+            return view.generation
+        return await self._etcd.put_all_if(writes)
 
     async def wait_applied(self, revision: int, timeout_s: float = 5.0) -> None:
         """Wait until the watch has applied ``revision`` (read-your-writes for admin)."""
@@ -148,21 +158,23 @@ class MetadataStore:
     async def _load(self) -> None:
         """Read both prefixes at one revision and apply them."""
         kvs, revision = await self._etcd.get_range(*self._range)
-        streams = [kv for kv in kvs if kv.key.startswith(self.streams_prefix)]
-        statuses = [kv for kv in kvs if kv.key.startswith(self.status_prefix)]
+        present = {
+            kv.key[len(self.streams_prefix) :]
+            for kv in kvs
+            if kv.key.startswith(self.streams_prefix)
+        }
+        gone = [
+            WatchEvent(self.streams_prefix + n, None, revision)
+            for n in self._views
+            if n not in present
+        ]
+        # Statuses before documents: a document that appears finds its status.
+        loaded = sorted(
+            (WatchEvent(kv.key, kv.value, kv.mod_revision) for kv in kvs),
+            key=lambda ev: not ev.key.startswith(self.status_prefix),
+        )
         async with self._lock:
-            present = {kv.key[len(self.streams_prefix) :] for kv in streams}
-            for name in [n for n in self._views if n not in present]:
-                await self._apply_stream(name, None, revision)
-            for kv in statuses:
-                await self._apply_status(
-                    kv.key[len(self.status_prefix) :], kv.value, kv.mod_revision
-                )
-            for kv in streams:
-                await self._apply_stream(
-                    kv.key[len(self.streams_prefix) :], kv.value, kv.mod_revision
-                )
-            await self._advance(revision)
+            await self._apply(gone + loaded, revision)
 
     async def _watch(self) -> None:
         """Follow etcd for good: a broken watch resumes from the revision after
@@ -174,10 +186,9 @@ class MetadataStore:
     async def _follow(self) -> None:
         while True:
             try:
-                async for ev in self._etcd.watch_range(*self._range, self._revision + 1):
+                async for events in self._etcd.watch_range(*self._range, self._revision + 1):
                     async with self._lock:
-                        await self._apply_event(ev)
-                        await self._advance(ev.revision)
+                        await self._apply(events, events[0].revision)
             except Compacted:
                 logger.warning("watch revision compacted; reloading metadata")
                 await self._load()
@@ -192,11 +203,25 @@ class MetadataStore:
             extra={"error": str(exc)},
         )
 
-    async def _apply_event(self, ev: WatchEvent) -> None:
-        if ev.key.startswith(self.streams_prefix):
-            await self._apply_stream(ev.key[len(self.streams_prefix) :], ev.value, ev.revision)
-        elif ev.key.startswith(self.status_prefix):
-            await self._apply_status(ev.key[len(self.status_prefix) :], ev.value, ev.revision)
+    async def _apply(self, events: list[WatchEvent], revision: int) -> None:
+        """Apply what changed up to ``revision`` (one etcd revision, or a
+        reload), then tell listeners once per stream: a listener never sees
+        half of a transaction, such as a new status with the old document."""
+        before: dict[str, StreamView | None] = {}
+        for ev in events:
+            if ev.key.startswith(self.streams_prefix):
+                name = ev.key[len(self.streams_prefix) :]
+                before.setdefault(name, self._views.get(name))
+                await self._apply_stream(name, ev.value, ev.revision)
+            elif ev.key.startswith(self.status_prefix):
+                name = ev.key[len(self.status_prefix) :]
+                before.setdefault(name, self._views.get(name))
+                self._apply_status(name, ev.value, ev.revision)
+        for name, old in before.items():
+            new = self._views.get(name)
+            if new is not old:
+                await self._notify(MetadataChange(name, old, new, revision))
+        await self._advance(revision)
 
     async def _apply_stream(self, name: str, raw: bytes | None, revision: int) -> None:
         old = self._views.get(name)
@@ -204,7 +229,6 @@ class MetadataStore:
             if old is not None:
                 del self._views[name]
                 self._orphan_status.pop(name, None)
-                await self._notify(MetadataChange(name, old, None, revision))
             return
         if old is not None and old.spec_revision >= revision:
             return  # already applied (reload after a broken watch)
@@ -219,17 +243,15 @@ class MetadataStore:
                 await rl(Rejection(name, revision, str(exc)))
             return
         if old is not None:
-            new = replace(old, spec=spec, spec_revision=revision)
+            self._views[name] = replace(old, spec=spec, spec_revision=revision)
         else:
             status, status_rev = self._orphan_status.pop(name, (StreamStatus(), 0))
-            new = StreamView(spec, revision, status, status_rev)
-        self._views[name] = new
-        await self._notify(MetadataChange(name, old, new, revision))
+            self._views[name] = StreamView(spec, revision, status, status_rev)
 
-    async def _apply_status(self, name: str, raw: bytes | None, revision: int) -> None:
+    def _apply_status(self, name: str, raw: bytes | None, revision: int) -> None:
         try:
             status = StreamStatus.from_json(raw) if raw is not None else StreamStatus()
-        except (ValueError, KeyError, TypeError) as exc:
+        except MALFORMED as exc:
             logger.error(
                 "invalid stream status in etcd ignored", extra={"stream": name, "error": str(exc)}
             )
@@ -240,9 +262,7 @@ class MetadataStore:
             return
         if old.status_revision >= revision:
             return
-        new = replace(old, status=status, status_revision=revision)
-        self._views[name] = new
-        await self._notify(MetadataChange(name, old, new, revision))
+        self._views[name] = replace(old, status=status, status_revision=revision)
 
     async def _notify(self, change: MetadataChange) -> None:
         for listener in self._listeners:

@@ -1,8 +1,9 @@
 """Cluster operations: drain, fail, activate, failover.
 
-Each writes the coordinator's status (drain offsets, failover records) before
-the document's cluster states, so whoever sees the new states also finds what
-they need to act on them. Both writes are conditional on the versions read.
+Each writes the coordinator's status (drain offsets, failover records) and the
+document's cluster states in one etcd transaction, conditional on the versions
+it read: whoever sees the new states also finds what they need to act on them,
+and an operation that lost a race writes nothing.
 """
 
 from __future__ import annotations
@@ -165,8 +166,12 @@ class ClusterOperations:
             raise ValidationError("to_cluster", "must differ from from_cluster")
         if margin_ms < 0:
             raise ValidationError("margin_ms", "must not be negative")
-        if view.spec.clusters[from_cluster].state is ClusterState.FAILED and (
-            view.status.failover_into(to_cluster) is not None
+        latest = view.status.failover_into(to_cluster)
+        if (
+            latest is not None
+            and latest.from_cluster == from_cluster
+            and view.spec.clusters[from_cluster].state is ClusterState.FAILED
+            and view.spec.clusters[to_cluster].state is ClusterState.ACTIVE
         ):
             return view  # already done
         record = FailoverRecord(
@@ -200,12 +205,8 @@ class ClusterOperations:
         return self._store.get(stream)
 
     async def _write(self, view: StreamView, status: StreamStatus, spec: StreamSpec) -> int:
-        """Write status, then document; wait until applied; return the revision."""
-        rev = view.generation
-        if status != view.status:
-            rev = await self._store.put_status(view.name, status, view.status_revision)
-        if spec != view.spec:
-            rev = await self._store.put_stream(spec, view.spec_revision)
+        """Write status and document together; wait until applied; return the revision."""
+        rev = await self._store.update(view, status, spec)
         await self._store.wait_applied(rev)
         return rev
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.etcd import Etcd
+from coordinator.etcd import MALFORMED, Etcd
 from multikafka_core.offsets import OffsetVector
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class QueryStore:
                     int(doc.get("updated_ms", 0)),
                     {str(k): int(v) for k, v in doc.get("abandoned", {}).items()},
                 )
-            except (ValueError, KeyError, TypeError):
+            except MALFORMED:
                 logger.warning("unreadable query progress ignored", extra={"key": kv.key})
 
     def get(self, query_id: str) -> QueryProgress | None:

@@ -185,6 +185,10 @@ class Reconciler:
             if spec.state is ClusterState.DRAINING and cid not in view.status.drains:
                 self._tasks.spawn(f"capture drain of {cid}", self._capture(view.name, cid))
 
+    async def settled(self) -> None:
+        """Wait until the drain captures it started have finished."""
+        await self._tasks.join()
+
     async def stop(self) -> None:
         await self._tasks.stop()
 

@@ -44,7 +44,7 @@ class Supervisor:
         self._history = history
         self._interval_s = interval_s
         self._tasks = BackgroundTasks("supervisor")
-        self._drained: set[tuple[str, str, int]] = set()
+        self._drained: set[tuple[str, str, frozenset[tuple[str, int]]]] = set()
 
     def start(self) -> None:
         self._tasks.every("checks", self._interval_s, self.check_all)
@@ -116,10 +116,12 @@ class Supervisor:
             return
 
     def _drain_progress(self, view: StreamView, cluster: str) -> None:
-        key = (view.name, cluster, view.spec_revision)
+        ends = view.status.drains[cluster]
+        # One drain is its captured end offsets; edits of the document while
+        # it runs do not make it another one.
+        key = (view.name, cluster, frozenset(ends.items()))
         if key in self._drained:
             return
-        ends = view.status.drains[cluster]
         queries = self._queries.running(view.name)
         if not queries:
             return

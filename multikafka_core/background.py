@@ -30,6 +30,7 @@ class BackgroundTasks:
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self._tasks: set[asyncio.Task[None]] = set()
+        self._one_off: set[asyncio.Task[None]] = set()
 
     def every(self, name: str, interval_s: float, fn: Callable[[], Awaitable[object]]) -> None:
         """Call ``fn`` every ``interval_s`` seconds (the first time after one interval)."""
@@ -67,12 +68,21 @@ class BackgroundTasks:
             except Exception:
                 logger.exception("%s: %s failed", self.owner, name)
 
-        self._start(name, once())
+        self._start(name, once(), one_off=True)
 
-    def _start(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
+    def _start(self, name: str, coro: Coroutine[Any, Any, None], *, one_off: bool = False) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.owner}: {name}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if one_off:
+            self._one_off.add(task)
+            task.add_done_callback(self._one_off.discard)
+
+    async def join(self) -> None:
+        """Wait until the one-off work started with :meth:`spawn` has finished
+        (including work it spawned meanwhile)."""
+        while self._one_off:
+            await asyncio.gather(*self._one_off, return_exceptions=True)
 
     def names(self) -> list[str]:
         """Names of the tasks running now."""

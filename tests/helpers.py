@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections import Counter
@@ -20,6 +21,7 @@ __all__ = [
     "TANSU_PROPERTIES",
     "assert_exactly_once",
     "eventually",
+    "eventually_async",
     "produce_sequence",
     "seeded_stream",
     "sequence_report",
@@ -80,6 +82,27 @@ def produce_sequence(
     producer.flush()
     fence(bootstrap, topic, partitions)
     return n
+
+
+async def eventually_async(
+    check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.005
+) -> T:
+    """:func:`eventually` for async tests: waits with ``asyncio.sleep``, so the
+    event loop (and what the test waits for) runs meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            last = check()
+            if last:
+                return last
+            error: AssertionError | None = None
+        except AssertionError as exc:
+            error = exc
+        if time.monotonic() > deadline:
+            if error is not None:
+                raise error
+            raise AssertionError(f"condition not met within {timeout_s}s (last value {last!r})")
+        await asyncio.sleep(interval_s)
 
 
 def assert_exactly_once(keys: Iterable[str], expected: dict[str, int]) -> None:

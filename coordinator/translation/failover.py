@@ -67,7 +67,8 @@ class FailoverTranslator:
         abandoned: Mapping[str, int],
     ) -> tuple[dict[str, int], list[Translation]]:
         """Starting offsets of ``splits`` (all of ``record.to_cluster``) that can
-        be resolved now; none while the new cluster does not answer."""
+        be resolved now; none while the new cluster does not answer a lookup
+        they need (``identity`` needs none for splits with a counterpart)."""
         exact: dict[str, tuple[int, str, str]] = {}  # split -> (offset, source, how)
         lookups: dict[OffsetQuery, list[tuple[SplitId, str, str]]] = defaultdict(list)
         for b in splits:

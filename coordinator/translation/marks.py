@@ -13,7 +13,7 @@ import bisect
 import json
 import logging
 
-from coordinator.etcd import Etcd
+from coordinator.etcd import MALFORMED, Etcd
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
 
@@ -43,7 +43,7 @@ class ReadMarks:
                     split: sorted((int(o), int(t)) for o, t in points)
                     for split, points in doc.items()
                 }
-            except (ValueError, TypeError):
+            except MALFORMED:
                 logger.warning("unreadable read marks ignored", extra={"key": kv.key})
 
     def start(self) -> None:

@@ -11,19 +11,12 @@ import pytest
 
 from multikafka_core import background
 from multikafka_core.background import BackgroundTasks, BackgroundThreads
-from tests.helpers import eventually
+from tests.helpers import eventually, eventually_async
 
 
 @pytest.fixture(autouse=True)
 def quick_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(background, "RESTART_AFTER_S", 0.01)
-
-
-async def wait_for(check: object, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert asyncio.get_running_loop().time() < deadline, "condition not met"
-        await asyncio.sleep(0.005)
 
 
 async def test_periodic_task_goes_on_after_an_error(caplog: pytest.LogCaptureFixture) -> None:
@@ -38,7 +31,7 @@ async def test_periodic_task_goes_on_after_an_error(caplog: pytest.LogCaptureFix
 
     tasks.every("ticker", 0.001, tick)
     assert tasks.names() == ["owner: ticker"]
-    await wait_for(lambda: calls >= 4)
+    await eventually_async(lambda: calls >= 4)
     await tasks.stop()
     assert tasks.names() == []
     stopped_at = calls
@@ -60,7 +53,7 @@ async def test_a_loop_that_dies_starts_again() -> None:
         await asyncio.Event().wait()  # runs until cancelled
 
     tasks.run("loop", loop)
-    await wait_for(lambda: starts == 3)
+    await eventually_async(lambda: starts == 3)
     await tasks.stop()
     assert starts == 3
 
@@ -86,7 +79,7 @@ async def test_spawned_work_runs_once_and_stop_cancels_what_is_left(
         tasks.spawn("quick", quick())
         tasks.spawn("failing", failing())
         tasks.spawn("slow", slow())
-        await wait_for(lambda: tasks.names() == ["owner: slow"])
+        await eventually_async(lambda: tasks.names() == ["owner: slow"])
         await tasks.stop()
     assert done == ["quick"]
     assert "owner: failing failed" in caplog.text
@@ -134,3 +127,27 @@ def test_thread_every_goes_on_after_an_error() -> None:
     threads.every("tick", 0.001, tick)
     eventually(lambda: len(calls) >= 3, timeout_s=5)
     threads.stop()
+
+
+async def test_join_waits_for_one_off_work_and_what_it_spawned() -> None:
+    tasks = BackgroundTasks("owner")
+    gate = asyncio.Event()
+    done: list[str] = []
+
+    async def second() -> None:
+        done.append("second")
+
+    async def first() -> None:
+        await gate.wait()
+        done.append("first")
+        tasks.spawn("second", second())
+
+    tasks.every("ticker", 3600, lambda: asyncio.sleep(0))  # not one-off: join ignores it
+    tasks.spawn("first", first())
+    joined = asyncio.ensure_future(tasks.join())
+    await asyncio.sleep(0)
+    assert not joined.done()
+    gate.set()
+    await asyncio.wait_for(joined, 5)
+    assert done == ["first", "second"]
+    await tasks.stop()

@@ -6,7 +6,6 @@ tests cannot show growth.)"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,44 +15,9 @@ from coordinator.config import CoordinatorConfig
 from coordinator.discovery import Discovery
 from coordinator.planner import ClusterSnapshot, new_splits
 from coordinator.stream_state import StreamView
-from multikafka_core.exceptions import UnavailableError
 from multikafka_core.model import ClusterState, Connection
-from multikafka_core.providers import OffsetQuery
 from multikafka_core.validation import parse_stream
-
-
-class FakeCluster:
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-        self.down = False
-        self.calls = 0
-        self.clients = 0
-
-
-class FakeClient:
-    def __init__(self, cluster: FakeCluster) -> None:
-        self.cluster = cluster
-        cluster.clients += 1
-        self.closed = False
-
-    def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
-        self.cluster.calls += 1
-        if self.cluster.down:
-            raise UnavailableError("down")
-        return {t: n for t, n in self.cluster.counts.items() if t in topics}
-
-    def offsets(
-        self, partitions: Sequence[tuple[str, int]], query: OffsetQuery, timeout_s: float
-    ) -> dict[tuple[str, int], int]:
-        return dict.fromkeys(partitions, 0)
-
-    def commit_group(
-        self, group_id: str, offsets: Mapping[tuple[str, int], int], timeout_s: float
-    ) -> None:
-        return None
-
-    def close(self) -> None:
-        self.closed = True
+from tests.fakes import FakeCluster, FakeMetadataClient
 
 
 @pytest.fixture
@@ -67,7 +31,7 @@ def discovery(cluster: FakeCluster) -> Any:
     d = Discovery(
         CoordinatorConfig(unreachable_backoff_s=60.0),
         ThreadPoolExecutor(2),
-        client_factory=lambda conn: FakeClient(cluster),
+        client_factory=lambda conn: FakeMetadataClient(cluster),
         on_shrink=lambda *args: shrinks.append(args),
     )
     d.shrinks = shrinks  # type: ignore[attr-defined]

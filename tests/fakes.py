@@ -1,0 +1,429 @@
+"""Fakes for unit tests of the coordinator's logic (nothing running):
+
+* :class:`FakeEtcd`: the surface of :class:`coordinator.etcd.Etcd` in memory,
+  with etcd's revision rules (one global revision; create and mod revisions
+  per key), watches from a revision, conditional puts, leases, compaction and
+  outages;
+* :class:`FakeKafka`: clusters whose partitions, offsets, record times and
+  reachability a test sets, behind the provider's ``MetadataClient``
+  interface;
+* :func:`coordinator_parts`: the coordinator's components wired as
+  :class:`coordinator.Coordinator` wires them, over those fakes, with no
+  background loop and no gRPC server (tests drive each step).
+
+Integration tests use the real etcd and brokers instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.agent_registry import AgentRegistry
+from coordinator.config import CoordinatorConfig
+from coordinator.discovery import Discovery
+from coordinator.entry import EntryOffsets
+from coordinator.etcd import KV, Compacted, WatchEvent
+from coordinator.history import History
+from coordinator.metadata import MetadataStore
+from coordinator.metrics import Metrics
+from coordinator.operations import ClusterOperations
+from coordinator.queries import QueryStore
+from coordinator.reconcile import Reconciler
+from coordinator.supervisor import Supervisor
+from coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
+from multikafka_core.exceptions import ConflictError, UnavailableError
+from multikafka_core.model import Connection
+from multikafka_core.providers import OffsetQuery
+
+# -- etcd ---------------------------------------------------------------------
+
+
+@dataclass
+class _Lease:
+    ttl_s: int
+    keys: set[str] = field(default_factory=set)
+
+
+class FakeEtcd:
+    """An in-memory etcd. ``down = True`` makes every call fail like an
+    unreachable etcd; ``hold_watches()`` delays watch events (a slow watch)."""
+
+    endpoint = "fake-etcd"
+
+    def __init__(self) -> None:
+        self.revision = 1
+        self._down = False
+        self._kv: dict[str, KV] = {}
+        self._events: list[WatchEvent] = []
+        self._compacted = 0
+        self._leases: dict[int, _Lease] = {}
+        self._lease_ids = itertools.count(1000)
+        self._changed: asyncio.Event | None = None
+        self._held = False
+        self.puts = 0
+        #: Calls refused because etcd was down.
+        self.refused = 0
+
+    # -- test controls --
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self._down = value
+        self._notify()  # open watches notice at once
+
+    def value(self, key: str) -> bytes | None:
+        kv = self._kv.get(key)
+        return kv.value if kv is not None else None
+
+    def kv(self, key: str) -> KV | None:
+        return self._kv.get(key)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        return sorted(k for k in self._kv if k.startswith(prefix))
+
+    def compact(self, revision: int) -> None:
+        self._compacted = revision
+
+    def hold_watches(self) -> None:
+        self._held = True
+
+    def release_watches(self) -> None:
+        self._held = False
+        self._notify()
+
+    def expire_lease(self, lease_id: int) -> None:
+        lease = self._leases.pop(lease_id, None)
+        for key in sorted(lease.keys if lease else ()):
+            self._delete(key)
+
+    # -- the Etcd surface --
+
+    def _check(self) -> None:
+        if self.down:
+            self.refused += 1
+            raise UnavailableError("etcd at fake-etcd: down")
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def _write(
+        self, key: str, value: bytes, lease: int | None = None, *, same: bool = False
+    ) -> int:
+        if not same:  # ``same``: another write of the same transaction
+            self.revision += 1
+        old = self._kv.get(key)
+        create = old.create_revision if old is not None else self.revision
+        self._kv[key] = KV(key, value, self.revision, create)
+        if lease:
+            self._leases[lease].keys.add(key)
+        self._events.append(WatchEvent(key, value, self.revision))
+        self.puts += 1
+        self._notify()
+        return self.revision
+
+    def _delete(self, key: str) -> bool:
+        if key not in self._kv:
+            return False
+        self.revision += 1
+        del self._kv[key]
+        self._events.append(WatchEvent(key, None, self.revision))
+        self._notify()
+        return True
+
+    async def connect(self) -> None:
+        self._check()
+
+    async def close(self) -> None:
+        return None
+
+    async def get(self, key: str) -> KV | None:
+        self._check()
+        return self._kv.get(key)
+
+    async def get_prefix(self, prefix: str) -> tuple[list[KV], int]:
+        self._check()
+        return [self._kv[k] for k in self.keys(prefix)], self.revision
+
+    async def get_range(self, start: str, end: str) -> tuple[list[KV], int]:
+        self._check()
+        return [self._kv[k] for k in sorted(self._kv) if start <= k < end], self.revision
+
+    async def put(self, key: str, value: bytes, *, lease: int | None = None) -> int:
+        self._check()
+        return self._write(key, value, lease)
+
+    async def put_if(self, key: str, value: bytes, expected_mod_revision: int) -> int:
+        return await self.put_all_if([(key, value, expected_mod_revision)])
+
+    async def put_all_if(self, writes: Sequence[tuple[str, bytes, int]]) -> int:
+        self._check()
+        for key, _, expected in writes:
+            old = self._kv.get(key)
+            if (old.mod_revision if old is not None else 0) != expected:
+                raise ConflictError(f"{key} changed concurrently (expected version {expected})")
+        for i, (key, value, _) in enumerate(writes):
+            self._write(key, value, same=i > 0)
+        return self.revision
+
+    async def delete(self, key: str) -> bool:
+        self._check()
+        return self._delete(key)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        self._check()
+        keys = self.keys(prefix)
+        for key in keys:
+            self._delete(key)
+        return len(keys)
+
+    async def watch_range(
+        self, start: str, end: str, start_revision: int
+    ) -> AsyncIterator[list[WatchEvent]]:
+        self._check()
+        if start_revision <= self._compacted:
+            raise Compacted(f"revision {start_revision} compacted (at {self._compacted})")
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        i = 0
+        while True:
+            self._check()
+            if not self._held:
+                batch: list[WatchEvent] = []
+                while i < len(self._events):
+                    ev = self._events[i]
+                    i += 1
+                    if ev.revision < start_revision or not start <= ev.key < end:
+                        continue
+                    if batch and batch[0].revision != ev.revision:
+                        yield batch
+                        batch = []
+                    batch.append(ev)
+                if batch:
+                    yield batch
+                    continue
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def grant_lease(self, ttl_s: int) -> int:
+        self._check()
+        lease_id = next(self._lease_ids)
+        self._leases[lease_id] = _Lease(ttl_s)
+        return lease_id
+
+    async def refresh_lease(self, lease_id: int) -> int:
+        self._check()
+        lease = self._leases.get(lease_id)
+        return lease.ttl_s if lease is not None else 0
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        self._check()
+        self.expire_lease(lease_id)
+
+    async def create_if_absent(
+        self, key: str, value: bytes, lease_id: int
+    ) -> tuple[bool, bytes | None]:
+        self._check()
+        if key in self._kv:
+            return False, self._kv[key].value
+        self._write(key, value, lease_id)
+        return True, None
+
+
+# -- Kafka ----------------------------------------------------------------------
+
+
+@dataclass
+class FakeCluster:
+    """One Kafka cluster: topics and their partitions, the end offset and
+    record times per partition, and whether it answers."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    #: (topic, partition) -> end offset (default 0)
+    latest: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (topic, partition) -> log start offset (default 0)
+    earliest: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (topic, partition) -> record time (ms) of each offset, in offset order
+    times: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    down: bool = False
+    calls: int = 0
+    clients: int = 0
+    commits: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+
+    def add_records(self, topic: str, partition: int, times_ms: Sequence[int]) -> None:
+        """Append records with these record times to a partition."""
+        tp = (topic, partition)
+        self.times.setdefault(tp, []).extend(times_ms)
+        self.latest[tp] = self.earliest.get(tp, 0) + len(self.times[tp])
+        self.counts[topic] = max(self.counts.get(topic, 0), partition + 1)
+
+
+class FakeMetadataClient:
+    """The provider's ``MetadataClient`` over a :class:`FakeCluster`."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        cluster.clients += 1
+        self.closed = False
+
+    def _ask(self) -> None:
+        self.cluster.calls += 1
+        if self.cluster.down:
+            raise UnavailableError("cluster down")
+
+    def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+        self._ask()
+        return {t: n for t, n in self.cluster.counts.items() if t in topics}
+
+    def offsets(
+        self, partitions: Sequence[tuple[str, int]], query: OffsetQuery, timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        self._ask()
+        c = self.cluster
+        out = {}
+        for tp in partitions:
+            if tp[1] >= c.counts.get(tp[0], 0):
+                continue  # unknown partition: absent from the answer
+            start, end = c.earliest.get(tp, 0), c.latest.get(tp, 0)
+            if query.kind == "earliest":
+                out[tp] = start
+            elif query.kind == "latest":
+                out[tp] = end
+            else:
+                times = c.times.get(tp, [])
+                found = [i for i, ts in enumerate(times) if ts >= query.timestamp_ms]
+                out[tp] = start + found[0] if found else end
+        return out
+
+    def commit_group(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int], timeout_s: float
+    ) -> None:
+        self._ask()
+        self.cluster.commits.setdefault(group_id, {}).update(offsets)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeKafka:
+    """Clusters by bootstrap address; :meth:`factory` is a ``MetadataClientFactory``."""
+
+    def __init__(self) -> None:
+        self.clusters: dict[str, FakeCluster] = {}
+        self.clients: list[FakeMetadataClient] = []
+
+    def cluster(self, bootstrap: str) -> FakeCluster:
+        return self.clusters.setdefault(bootstrap, FakeCluster())
+
+    def factory(self, connection: Connection) -> FakeMetadataClient:
+        client = FakeMetadataClient(self.cluster(connection.bootstrap_servers))
+        self.clients.append(client)
+        return client
+
+
+# -- the coordinator's parts ------------------------------------------------------
+
+
+#: Backoffs short enough for tests; loops never run on their own in these tests.
+FAKE_CONFIG = CoordinatorConfig(
+    unreachable_backoff_s=0.0, cluster_timeout_s=0.1, reader_ttl_s=60.0, kafka_threads=2
+)
+
+
+@dataclass
+class Parts:
+    """The coordinator's components as :class:`coordinator.Coordinator` wires them."""
+
+    etcd: FakeEtcd
+    kafka: FakeKafka
+    metrics: Metrics
+    history: History
+    store: MetadataStore
+    queries: QueryStore
+    marks: ReadMarks
+    registry: AgentRegistry
+    discovery: Discovery
+    operations: ClusterOperations
+    reconciler: Reconciler
+    supervisor: Supervisor
+    abandonments: Abandonments
+    translator: FailoverTranslator
+    entry: EntryOffsets
+    executor: ThreadPoolExecutor
+
+    async def put(self, doc: Mapping[str, Any]) -> int:
+        """Write a stream document to etcd (as an operator would) and wait
+        until the coordinator applied it; returns its revision."""
+        from multikafka_core.validation import parse_stream
+
+        spec = parse_stream(doc)
+        revision = await self.store.put_stream(spec)
+        await self.store.wait_applied(revision)
+        return revision
+
+    async def settle(self) -> None:
+        """Let the reconciler finish the drain captures it started, and apply
+        whatever they wrote."""
+        await self.reconciler.settled()
+        await self.store.wait_applied(self.etcd.revision)
+
+    async def close(self) -> None:
+        await self.reconciler.stop()
+        await self.store.stop()
+        await self.discovery.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def coordinator_parts(
+    etcd: FakeEtcd | None = None,
+    kafka: FakeKafka | None = None,
+    config: CoordinatorConfig = FAKE_CONFIG,
+    prefix: str = "/t",
+) -> Parts:
+    """Wire and start the coordinator's components over fakes: the metadata
+    watch runs (changes apply as in production); discovery, the supervisor,
+    history persistence and the registry's keepalive do not run on their own."""
+    etcd = etcd or FakeEtcd()
+    kafka = kafka or FakeKafka()
+    executor = ThreadPoolExecutor(config.kafka_threads)
+    metrics = Metrics()
+    history = History(etcd, prefix, config.history_size)  # type: ignore[arg-type]
+    store = MetadataStore(etcd, prefix, retry_s=0.01)  # type: ignore[arg-type]
+    queries = QueryStore(etcd, prefix)  # type: ignore[arg-type]
+    marks = ReadMarks(etcd, prefix)  # type: ignore[arg-type]
+    registry = AgentRegistry(etcd, prefix, config.reader_ttl_s)  # type: ignore[arg-type]
+    discovery = Discovery(config, executor, client_factory=kafka.factory)
+    operations = ClusterOperations(store, discovery, queries, history, metrics)
+    reconciler = Reconciler(store, discovery, registry, operations, history, metrics)
+    supervisor = Supervisor(store, discovery, operations, queries, history)
+    abandonments = Abandonments(queries, history, metrics)
+    translator = FailoverTranslator(discovery, marks)
+    entry = EntryOffsets(discovery, translator)
+    await store.start()
+    return Parts(
+        etcd,
+        kafka,
+        metrics,
+        history,
+        store,
+        queries,
+        marks,
+        registry,
+        discovery,
+        operations,
+        reconciler,
+        supervisor,
+        abandonments,
+        translator,
+        entry,
+        executor,
+    )
