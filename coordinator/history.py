@@ -5,6 +5,7 @@ coordinator restarts, and printed by ``multikafka admin streams history``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass
 from coordinator.etcd import MALFORMED, Etcd
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
+from multikafka_core.retry import Backoff, retry_async
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ class History:
         self._etcd = etcd
         self._prefix = f"{prefix}/history/"
         self._size = size
-        self._retry_s = retry_s
+        self._backoff = Backoff.constant(retry_s)
         self._entries: dict[str, deque[Entry]] = {}
         self._dirty: set[str] = set()
         self._changed = asyncio.Event()
@@ -55,17 +57,16 @@ class History:
         self._tasks.run("persist", self._persist)
 
     async def stop(self) -> None:
-        """Stop persisting in the background, then write what is left once."""
+        """Stop persisting in the background, then try once to write what is left."""
         await self._tasks.stop()
-        await self.flush()
+        with contextlib.suppress(UnavailableError):
+            await self.flush()
 
     async def _persist(self) -> None:
         while True:
             await self._changed.wait()
             self._changed.clear()
-            if not await self.flush():
-                await asyncio.sleep(self._retry_s)
-                self._changed.set()
+            await retry_async(self.flush, on=(UnavailableError,), backoff=self._backoff)
 
     def record(
         self, stream: str, kind: str, *, cluster: str = "", detail: str = "", generation: int = 0
@@ -91,9 +92,9 @@ class History:
         self._dirty.add(stream)
         self._changed.set()
 
-    async def flush(self) -> bool:
-        """Write every changed stream's history; False if etcd did not take it
-        (what is left is written next time)."""
+    async def flush(self) -> None:
+        """Write every changed stream's history (UnavailableError when etcd
+        does not take it: what is left is written next time)."""
         while self._dirty:
             stream = self._dirty.pop()
             key = self._prefix + stream
@@ -106,5 +107,4 @@ class History:
             except UnavailableError:
                 logger.warning("could not persist history", extra={"stream": stream})
                 self._dirty.add(stream)
-                return False
-        return True
+                raise
