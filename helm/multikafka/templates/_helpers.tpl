@@ -78,32 +78,105 @@ MULTIKAFKA_ETCD: the embedded etcd's Service, or the external endpoints.
 {{- end }}
 
 {{/*
-The Secret and key holding the admin token; empty when there is none.
+Where a token comes from: "<secret name>/<key>", or "" when there is none.
+Called with (dict "root" $ "token" .Values.adminToken "name" "admin-token").
+An existing Secret wins over a value; a value lives in a Secret the chart
+creates, <fullname>-<name>, under the key <name>.
 */}}
-{{- define "multikafka.adminToken.secretName" -}}
-{{- if .Values.adminToken.existingSecret }}
-{{- .Values.adminToken.existingSecret }}
-{{- else if .Values.adminToken.value }}
-{{- printf "%s-admin-token" (include "multikafka.fullname" .) }}
+{{- define "multikafka.tokenRef" -}}
+{{- if .token.existingSecret }}
+{{- printf "%s/%s" .token.existingSecret (.token.existingSecretKey | default .name) }}
+{{- else if .token.value }}
+{{- printf "%s-%s/%s" (include "multikafka.fullname" .root) .name .name }}
 {{- end }}
 {{- end }}
 
-{{- define "multikafka.adminToken.secretKey" -}}
-{{- if .Values.adminToken.existingSecret }}
-{{- .Values.adminToken.existingSecretKey | default "admin-token" }}
-{{- else }}
-{{- print "admin-token" }}
+{{- define "multikafka.adminToken.ref" -}}
+{{- include "multikafka.tokenRef" (dict "root" . "token" .Values.adminToken "name" "admin-token") }}
+{{- end }}
+
+{{- define "multikafka.readerToken.ref" -}}
+{{- include "multikafka.tokenRef" (dict "root" . "token" .Values.readerToken "name" "reader-token") }}
+{{- end }}
+
+{{/*
+The external etcd's TLS and auth; both empty with the embedded etcd.
+*/}}
+{{- define "multikafka.etcd.tlsSecret" -}}
+{{- if not .Values.etcd.embedded.enabled }}
+{{- .Values.etcd.external.tls.secretName }}
 {{- end }}
 {{- end }}
 
 {{/*
-Refuse values the coordinator cannot run with.
+"<secret name>/<key>" of the etcd password, or "".
+*/}}
+{{- define "multikafka.etcd.passwordRef" -}}
+{{- $auth := .Values.etcd.external.auth }}
+{{- if and (not .Values.etcd.embedded.enabled) $auth.username }}
+{{- if $auth.existingSecret }}
+{{- printf "%s/%s" $auth.existingSecret ($auth.passwordKey | default "password") }}
+{{- else if $auth.password }}
+{{- printf "%s-etcd-auth/password" (include "multikafka.fullname" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Refuse values the coordinator cannot run with. (values.schema.json checks
+keys and types; these are the rules between values.)
 */}}
 {{- define "multikafka.validate" -}}
-{{- if gt (int .Values.replicaCount) 1 }}
-{{- fail "replicaCount must be 0 or 1: leader election (HA) is not built yet, two coordinators would both act on etcd" }}
-{{- end }}
 {{- if and .Values.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "serviceMonitor.enabled needs metrics.enabled" }}
+{{- end }}
+{{- if and .Values.tls.clientCA.secretName (not .Values.tls.secretName) }}
+{{- fail "tls.clientCA.secretName (mutual TLS) needs tls.secretName: the server's own certificate" }}
+{{- end }}
+{{- $external := .Values.etcd.external }}
+{{- if .Values.etcd.embedded.enabled }}
+{{- if or $external.tls.secretName $external.auth.username $external.auth.existingSecret $external.auth.password }}
+{{- fail "etcd.external.tls and etcd.external.auth apply to an external etcd; the embedded etcd (etcd.embedded.enabled) speaks plain http without auth" }}
+{{- end }}
+{{- else }}
+{{- if $external.tls.secretName }}
+{{- range $external.endpoints }}
+{{- if hasPrefix "http://" . }}
+{{- fail (printf "etcd.external.tls.secretName is set, but etcd.external.endpoints has %s: use https://" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and $external.tls.clientCertificate (not $external.tls.secretName) }}
+{{- fail "etcd.external.tls.clientCertificate needs etcd.external.tls.secretName (the Secret with tls.crt and tls.key)" }}
+{{- end }}
+{{- if and $external.auth.username (not (or $external.auth.existingSecret $external.auth.password)) }}
+{{- fail "etcd.external.auth.username needs etcd.external.auth.existingSecret or etcd.external.auth.password" }}
+{{- end }}
+{{- if and (or $external.auth.existingSecret $external.auth.password) (not $external.auth.username) }}
+{{- fail "etcd.external.auth.existingSecret/password need etcd.external.auth.username" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Pod anti-affinity over the coordinator pods, from .Values.podAntiAffinity.
+*/}}
+{{- define "multikafka.podAntiAffinity" -}}
+{{- if eq .Values.podAntiAffinity "hard" }}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "multikafka.selectorLabels" . | nindent 10 }}
+{{- else if eq .Values.podAntiAffinity "soft" }}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "multikafka.selectorLabels" . | nindent 12 }}
 {{- end }}
 {{- end }}
