@@ -212,7 +212,7 @@ def start_agents(bench: Bench, n: int) -> list[ReaderAgent]:
             60 + n,
             f"{n} agents subscribed",
         )
-        generation = bench.coordinator.reconciler.generation
+        generation = bench.coordinator.leading().reconciler.generation
         wait_until(
             lambda: all(a.applied_generation >= generation for a in agents),
             30,
@@ -236,7 +236,7 @@ def measure_change(bench: Bench, agents: list[ReaderAgent], mode: str) -> Change
     """One change: written from a helper thread while this thread polls the
     agents, so that agents applying it before the write call returns (the
     admin call waits for the coordinator) are timed right."""
-    latencies = bench.coordinator.reconciler.latencies
+    latencies = bench.coordinator.leading().reconciler.latencies
     before = len(latencies)
     written: dict[str, float] = {}
     failed: list[BaseException] = []

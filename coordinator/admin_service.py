@@ -1,70 +1,68 @@
 """The Admin gRPC service: stream documents, cluster operations, and what the
-coordinator knows about readers, assignments and queries. Secrets in stream
-properties are never returned (they are redacted), and a document put back
-with redacted values keeps the stored ones."""
+coordinator knows about readers, assignments, queries and itself. Secrets in
+stream properties are never returned (they are redacted), and a document put
+back with redacted values keeps the stored ones.
+
+Every replica answers the read-only calls (documents and states from its
+warm copy of the metadata; history, queries and readers read from etcd on a
+standby); the others need the leader: a standby raises
+:class:`NotLeaderError`, which names the leader for the client.
+"""
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from coordinator.agent_registry import AgentRegistry
-from coordinator.discovery import Discovery
 from coordinator.history import History
-from coordinator.metadata import MetadataStore
-from coordinator.operations import ClusterOperations
 from coordinator.queries import QueryStore
 from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
-from coordinator.translation.marks import ReadMarks
-from multikafka_core.exceptions import ValidationError
+from multikafka_core.exceptions import UnavailableError, ValidationError
 from multikafka_core.model import FailoverStrategy, StreamSpec
 from multikafka_core.v1 import admin_pb2, admin_pb2_grpc
-from multikafka_core.validation import parse_stream_json, validate_name
+from multikafka_core.validation import MAX_DOCUMENT_BYTES, parse_stream_json, validate_name
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
 
 logger = logging.getLogger(__name__)
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
-ADMIN_PREFIX = "/multikafka.v1.Admin/"
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
 
 
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(
-        self,
-        store: MetadataStore,
-        discovery: Discovery,
-        operations: ClusterOperations,
-        registry: AgentRegistry,
-        queries: QueryStore,
-        history: History,
-        marks: ReadMarks,
-    ) -> None:
-        self._store = store
-        self._discovery = discovery
-        self._ops = operations
-        self._registry = registry
-        self._queries = queries
-        self._history = history
-        self._marks = marks
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._c = coordinator
 
     def _info(self, view: StreamView) -> admin_pb2.StreamInfo:
+        duties = self._c.duties
         clusters = []
         for cid, spec in sorted(view.spec.clusters.items()):
-            cc = self._discovery.client(view.name, cid)
+            cc = duties.discovery.client(view.name, cid) if duties is not None else None
+            if cc is not None:
+                reachable = cc.health.reachable and cc.discovered
+                error = cc.health.error
+                partitions = sum(cc.partitions.values())
+            else:
+                reachable, partitions = False, 0
+                error = (
+                    "not set up yet"
+                    if duties is not None
+                    else f"unknown here: this replica is a standby (leader: {self._c.leader_address or 'none'})"
+                )
             clusters.append(
                 admin_pb2.ClusterStatus(
                     cluster=cid,
                     state=spec.state.value,
-                    reachable=cc is not None and cc.health.reachable and cc.discovered,
-                    error=cc.health.error if cc is not None else "not set up yet",
-                    partitions=sum(cc.partitions.values()) if cc is not None else 0,
+                    reachable=reachable,
+                    error=error,
+                    partitions=partitions,
                     drain_offsets=view.status.drains.get(cid, {}),
                 )
             )
@@ -80,35 +78,44 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def PutStream(
         self, request: admin_pb2.PutStreamRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
+        size = len(request.document_json.encode())
+        if size >= MAX_DOCUMENT_BYTES:
+            raise ValidationError(
+                "document_json",
+                f"is {size:,} bytes; a stream document must be under 1 MiB ({MAX_DOCUMENT_BYTES:,} bytes)",
+            )
+        self._c.leading()
+        store = self._c.store
         spec = parse_stream_json(request.document_json)
-        stored = self._store.find(spec.name)
+        stored = store.find(spec.name)
         if stored is not None:
             spec = _keep_stored_secrets(spec, stored.spec)
-        revision = await self._store.put_stream(spec, request.expected_version)
-        await self._store.wait_applied(revision)
-        return self._info(self._store.get(spec.name))
+        revision = await store.put_stream(spec, request.expected_version)
+        await store.wait_applied(revision)
+        return self._info(store.get(spec.name))
 
     @unary
     async def GetStream(
         self, request: admin_pb2.GetStreamRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
-        return self._info(self._store.get(validate_name(request.name, "name")))
+        return self._info(self._c.store.get(validate_name(request.name, "name")))
 
     @unary
     async def ListStreams(
         self, request: admin_pb2.ListStreamsRequest, context: Ctx
     ) -> admin_pb2.ListStreamsResponse:
-        return admin_pb2.ListStreamsResponse(streams=[self._info(v) for v in self._store.views()])
+        return admin_pb2.ListStreamsResponse(streams=[self._info(v) for v in self._c.store.views()])
 
     @unary
     async def DeleteStream(
         self, request: admin_pb2.DeleteStreamRequest, context: Ctx
     ) -> admin_pb2.DeleteStreamResponse:
         name = validate_name(request.name, "name")
-        self._store.get(name)
-        deleted = await self._store.delete_stream(name)
-        self._history.forget(name)
-        self._marks.forget(name)
+        duties = self._c.leading()
+        self._c.store.get(name)
+        deleted = await self._c.store.delete_stream(name)
+        duties.history.forget(name)
+        duties.marks.forget(name)
         return admin_pb2.DeleteStreamResponse(deleted=deleted)
 
     @unary
@@ -116,9 +123,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.StreamHistoryRequest, context: Ctx
     ) -> admin_pb2.StreamHistoryResponse:
         name = validate_name(request.name, "name")
-        entries = self._history.entries(name, request.limit)
+        duties = self._c.duties
+        if duties is not None:
+            history = duties.history
+        else:  # a standby reads what the leader persisted
+            history = History(self._c.etcd, self._c.prefix, self._c.config.history_size)
+            await history.load()
+        entries = history.entries(name, request.limit)
         if not entries:
-            self._store.get(name)  # NOT_FOUND for a stream that never existed
+            self._c.store.get(name)  # NOT_FOUND for a stream that never existed
         return admin_pb2.StreamHistoryResponse(
             entries=[
                 admin_pb2.HistoryEntry(
@@ -136,19 +149,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DrainCluster(
         self, request: admin_pb2.ClusterRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
-        return self._info(await self._ops.drain(*_stream_cluster(request)))
+        return self._info(await self._c.leading().lifecycle.drain(*_stream_cluster(request)))
 
     @unary
     async def FailCluster(
         self, request: admin_pb2.ClusterRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
-        return self._info(await self._ops.fail(*_stream_cluster(request)))
+        return self._info(await self._c.leading().lifecycle.fail(*_stream_cluster(request)))
 
     @unary
     async def ActivateCluster(
         self, request: admin_pb2.ClusterRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
-        return self._info(await self._ops.activate(*_stream_cluster(request)))
+        return self._info(await self._c.leading().lifecycle.activate(*_stream_cluster(request)))
 
     @unary
     async def Failover(
@@ -165,7 +178,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             ) from None
         if request.margin_ms < 0:
             raise ValidationError("margin_ms", "must not be negative")
-        view = await self._ops.failover(
+        view = await self._c.leading().lifecycle.failover(
             stream,
             src,
             dst,
@@ -179,6 +192,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListReaders(
         self, request: admin_pb2.ListReadersRequest, context: Ctx
     ) -> admin_pb2.ListReadersResponse:
+        duties = self._c.duties
+        if duties is not None:
+            agents = duties.registry.agents()
+        else:
+            agents = await AgentRegistry.persisted(self._c.etcd, self._c.prefix)
         return admin_pb2.ListReadersResponse(
             readers=[
                 admin_pb2.ReaderInfo(
@@ -190,7 +208,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     sub_readers=sorted(a.sub_readers),
                     subscribed=a.queue is not None,
                 )
-                for a in self._registry.agents()
+                for a in agents
             ]
         )
 
@@ -199,11 +217,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ListAssignmentsRequest, context: Ctx
     ) -> admin_pb2.ListAssignmentsResponse:
         name = validate_name(request.stream, "stream")
-        self._store.get(name)
+        duties = self._c.leading()
+        self._c.store.get(name)
         return admin_pb2.ListAssignmentsResponse(
             assignments=[
                 admin_pb2.Assignment(agent_id=a.agent_id, splits=sorted(a.holdings[name]))
-                for a in self._registry.agents()
+                for a in duties.registry.agents()
                 if a.holdings.get(name)
             ]
         )
@@ -217,8 +236,51 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 admin_pb2.QueryInfo(
                     query_id=q.query_id, stream=q.stream, offsets=q.offsets, updated_ms=q.updated_ms
                 )
-                for q in self._queries.all()
+                for q in await self._queries()
             ]
+        )
+
+    async def _queries(self) -> list[Any]:
+        duties = self._c.duties
+        if duties is not None:
+            return duties.queries.all()
+        queries = QueryStore(self._c.etcd, self._c.prefix)  # a standby reads etcd
+        await queries.load()
+        return queries.all()
+
+    @unary
+    async def Status(
+        self, request: admin_pb2.StatusRequest, context: Ctx
+    ) -> admin_pb2.StatusResponse:
+        c = self._c
+        etcd = admin_pb2.EtcdStatus(
+            endpoints=[str(e) for e in c.config.etcd.endpoints], connected=str(c.etcd.endpoint)
+        )
+        try:
+            etcd.version = await asyncio.wait_for(c.etcd.version(), 2.0)
+            etcd.reachable = True
+            replicas = await c.replicas()
+        except (UnavailableError, asyncio.TimeoutError) as exc:
+            etcd.error = str(exc) or "no answer within 2 s"
+            replicas = []
+        election = c.election
+        return admin_pb2.StatusResponse(
+            role="leader" if c.is_leader else "standby",
+            leader=c.leader_address,
+            id=c.id,
+            address=c.address,
+            etcd=etcd,
+            generation=c.store.revision,
+            elections=election.elections if election is not None else 0,
+            replicas=[
+                admin_pb2.ReplicaInfo(
+                    id=r.id,
+                    address=r.address,
+                    role="leader" if r.address == c.leader_address else "standby",
+                    since_ms=r.since_ms,
+                )
+                for r in replicas
+            ],
         )
 
 
@@ -234,35 +296,3 @@ def _keep_stored_secrets(spec: StreamSpec, stored: StreamSpec) -> StreamSpec:
         for cid, c in spec.clusters.items()
     }
     return replace(spec, clusters=clusters)
-
-
-class AdminAuthInterceptor(grpc.aio.ServerInterceptor):
-    """Requires ``authorization: Bearer <token>`` on every Admin call."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token.encode()
-
-    async def intercept_service(  # type: ignore[override]  # types-grpcio: generic method
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any]:
-        if not handler_call_details.method.startswith(ADMIN_PREFIX):
-            return await continuation(handler_call_details)
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        given = str(metadata.get("authorization", ""))
-        if given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), self._token):
-            return await continuation(handler_call_details)
-        return _deny(
-            "admin calls need 'authorization: Bearer <token>' (multikafka admin --token or MULTIKAFKA_ADMIN_TOKEN)"
-        )
-
-
-def _deny(message: str) -> grpc.RpcMethodHandler[Req, Resp]:
-    async def abort(request: Req, context: Ctx) -> Resp:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-        raise AssertionError("unreachable: context.abort raises")
-
-    return grpc.unary_unary_rpc_method_handler(abort)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coordinator.etcd import Etcd
+from coordinator.etcd import MALFORMED, EtcdClient
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
 from multikafka_core.v1 import reader_pb2
@@ -40,11 +40,13 @@ class Agent:
     sub_readers: dict[str, reader_pb2.SubReaderStats] = field(default_factory=dict)
     #: stream -> split ids this agent read most recently.
     holdings: dict[str, set[str]] = field(default_factory=dict)
+    #: "stream/cluster" -> (records read, restarts) the metrics already count.
+    counted: dict[str, tuple[int, int]] = field(default_factory=dict)
     queue: asyncio.Queue[reader_pb2.ReconcileEvent | None] | None = None
 
 
 class AgentRegistry:
-    def __init__(self, etcd: Etcd, prefix: str, ttl_s: float) -> None:
+    def __init__(self, etcd: EtcdClient, prefix: str, ttl_s: float) -> None:
         self._etcd = etcd
         self._prefix = f"{prefix}/readers/"
         self._ttl_s = ttl_s
@@ -145,6 +147,23 @@ class AgentRegistry:
         agent = self._agents.get(agent_id)
         if agent is not None:
             agent.holdings[stream] = splits
+
+    @staticmethod
+    async def persisted(etcd: EtcdClient, prefix: str) -> list[Agent]:
+        """The registrations the leader keeps in etcd (what a standby can
+        tell: who, since when; not what each applied)."""
+        kvs, _ = await etcd.get_prefix(f"{prefix}/readers/")
+        agents = []
+        for kv in kvs:
+            try:
+                doc = json.loads(kv.value)
+                agent_id = kv.key.rsplit("/", 1)[-1]
+                agents.append(
+                    Agent(agent_id, str(doc["host"]), int(doc["pid"]), int(doc["registered_ms"]))
+                )
+            except MALFORMED:
+                logger.warning("unreadable reader registration ignored", extra={"key": kv.key})
+        return sorted(agents, key=lambda a: a.agent_id)
 
     async def _persist(self, agent: Agent) -> None:
         doc = {"host": agent.host, "pid": agent.pid, "registered_ms": agent.registered_ms}

@@ -12,7 +12,7 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass
 
-from coordinator.etcd import MALFORMED, Etcd
+from coordinator.etcd import MALFORMED, EtcdClient
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
 from multikafka_core.retry import Backoff, retry_async
@@ -33,7 +33,7 @@ class History:
     """Entries are kept in memory and written to etcd in the background soon
     after they are recorded (again after a pause while etcd is away)."""
 
-    def __init__(self, etcd: Etcd, prefix: str, size: int, *, retry_s: float = 1.0) -> None:
+    def __init__(self, etcd: EtcdClient, prefix: str, size: int, *, retry_s: float = 1.0) -> None:
         self._etcd = etcd
         self._prefix = f"{prefix}/history/"
         self._size = size

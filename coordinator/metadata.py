@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
-from coordinator.etcd import MALFORMED, Compacted, Etcd, WatchEvent, prefix_end
+from coordinator.etcd import MALFORMED, Compacted, EtcdClient, WatchEvent, prefix_end
 from coordinator.stream_state import StreamStatus, StreamView
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import NotFoundError, UnavailableError, ValidationError
@@ -52,7 +52,7 @@ RejectionListener = Callable[[Rejection], Awaitable[None]]
 class MetadataStore:
     """The coordinator's in-memory copy of every stream's metadata."""
 
-    def __init__(self, etcd: Etcd, prefix: str, *, retry_s: float = 0.5) -> None:
+    def __init__(self, etcd: EtcdClient, prefix: str, *, retry_s: float = 0.5) -> None:
         self._etcd = etcd
         self.streams_prefix = f"{prefix}/streams/"
         self.status_prefix = f"{prefix}/status/"
@@ -96,6 +96,17 @@ class MetadataStore:
 
     def on_rejection(self, listener: RejectionListener) -> None:
         self._rejection_listeners.append(listener)
+
+    def forget_listener(self, listener: Listener | RejectionListener) -> None:
+        """Stop telling ``listener`` (of either kind) about changes."""
+        for listeners in (self._listeners, self._rejection_listeners):
+            if listener in listeners:
+                listeners.remove(listener)  # type: ignore[arg-type]
+
+    def applying(self) -> asyncio.Lock:
+        """Held while a change is applied and its listeners told: take it to
+        read a consistent snapshot and start listening from exactly there."""
+        return self._lock
 
     # -- writing (admin) -------------------------------------------------------
 

@@ -90,6 +90,22 @@ class Metrics:
             registry=r,
         )
         self.readers = Gauge("multikafka_readers", "Registered reader agents.", registry=r)
+        self.leader = Gauge(
+            "multikafka_leader", "1 while this replica is the leader, else 0.", registry=r
+        )
+        self.elections = Counter(
+            "multikafka_elections", "Times this replica was elected leader.", registry=r
+        )
+        self.lease_renewals_failed = Counter(
+            "multikafka_lease_renewals_failed",
+            "Renewals of the leader's lease that failed or found it gone.",
+            registry=r,
+        )
+        self.fenced_writes = Counter(
+            "multikafka_fenced_writes",
+            "Writes refused because this replica no longer leads (fencing).",
+            registry=r,
+        )
         self.agent_records = Counter(
             "multikafka_agent_records_read",
             "Records read by agents (pushed by them).",

@@ -8,26 +8,25 @@ import functools
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from coordinator.assignment import Range, plan_tasks
-from coordinator.discovery import ClusterClient, Discovery
-from coordinator.entry import EntryOffsets
-from coordinator.history import History
-from coordinator.metadata import MetadataStore
-from coordinator.metrics import Metrics
+from coordinator.discovery import ClusterClient
+from coordinator.leader import LeaderDuties
 from coordinator.planner import ClusterSnapshot, new_splits, plan_end
-from coordinator.queries import QueryStore
 from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
-from coordinator.translation import Abandonments
 from multikafka_core import offsets as ov
-from multikafka_core.exceptions import UnavailableError, ValidationError
+from multikafka_core.exceptions import PreconditionError, UnavailableError, ValidationError
 from multikafka_core.model import SplitId
 from multikafka_core.providers import OffsetQuery
 from multikafka_core.v1 import common_pb2, planner_pb2, planner_pb2_grpc
+from multikafka_core.validation import validate_id, validate_name
+
+if TYPE_CHECKING:
+    from coordinator.server import Coordinator
 
 logger = logging.getLogger(__name__)
 
@@ -36,23 +35,18 @@ Position = planner_pb2.Position
 
 
 class PlannerService(planner_pb2_grpc.PlannerServicer):
-    def __init__(
-        self,
-        store: MetadataStore,
-        discovery: Discovery,
-        entry: EntryOffsets,
-        queries: QueryStore,
-        abandonments: Abandonments,
-        history: History,
-        metrics: Metrics,
-    ) -> None:
-        self._store = store
-        self._discovery = discovery
-        self._entry = entry
-        self._queries = queries
-        self._abandonments = abandonments
-        self._history = history
-        self._metrics = metrics
+    """Every call needs the leader (a standby raises :class:`NotLeaderError`,
+    naming the leader for the client)."""
+
+    def __init__(self, coordinator: Coordinator, *, readers_authenticated: bool) -> None:
+        self._c = coordinator
+        #: Whether callers proved they are readers (token or client
+        #: certificate): only then does a task plan carry secrets.
+        self._readers_authenticated = readers_authenticated
+
+    def _view(self, stream: str) -> tuple[LeaderDuties, StreamView]:
+        duties = self._c.leading()
+        return duties, self._c.store.get(validate_name(stream, "stream"))
 
     # -- ResolveOffsets ------------------------------------------------------
 
@@ -60,13 +54,11 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     async def ResolveOffsets(
         self, request: planner_pb2.ResolveOffsetsRequest, context: Ctx
     ) -> planner_pb2.ResolveOffsetsResponse:
-        view = self._store.get(request.stream)
+        d, view = self._view(request.stream)
         pos = request.position
         kind = pos.kind or Position.EARLIEST
-        readable = [self._client(view, cid) for cid in view.spec.readable_clusters()]
-        await asyncio.gather(
-            *(self._discovery.discover(cc) for cc in readable if not cc.discovered)
-        )
+        readable = [_client(d, view, cid) for cid in view.spec.readable_clusters()]
+        await asyncio.gather(*(d.discovery.discover(cc) for cc in readable if not cc.discovered))
         splits = {str(s) for cc in readable for s in cc.splits()}
         specific: dict[str, int] = {}
         if kind == Position.SPECIFIC:
@@ -81,7 +73,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         if fallback is None:
             raise ValidationError("position.kind", "use EARLIEST, LATEST, SPECIFIC or TIMESTAMP")
         for cid in {SplitId.parse(s).cluster for s in specific}:
-            self._client(view, cid)  # UNAVAILABLE (the client retries) until set up
+            _client(d, view, cid)  # UNAVAILABLE (the client retries) until set up
         out: dict[str, int] = {}
         lookups: dict[OffsetQuery, list[SplitId]] = defaultdict(list)
         for split in sorted(splits | set(specific)):
@@ -95,7 +87,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         # Splits of a cluster that does not answer are left out: they join the
         # query later, at their cluster's starting position.
         for found in await asyncio.gather(
-            *(self._discovery.split_offsets(view.name, ids, q) for q, ids in lookups.items())
+            *(d.discovery.split_offsets(view.name, ids, q) for q, ids in lookups.items())
         ):
             out.update(found)
         return planner_pb2.ResolveOffsetsResponse(
@@ -119,30 +111,23 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
                 )
         return checked
 
-    def _client(self, view: StreamView, cluster: str) -> ClusterClient:
-        cc = self._discovery.client(view.name, cluster)
-        if cc is None:
-            raise UnavailableError(
-                f"stream {view.name!r}: cluster {cluster!r} is not set up yet; retry"
-            )
-        return cc
-
     # -- LatestOffsets -------------------------------------------------------
 
     @unary
     async def LatestOffsets(
         self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
     ) -> planner_pb2.LatestOffsetsResponse:
-        view = self._store.get(request.stream)
+        d, view = self._view(request.stream)
+        query_id = validate_id(request.query_id, "query_id")
         start = ov.splits_of(ov.parse(dict(request.start), "start"))
-        snapshots = await self.snapshots(view, start)
+        snapshots = await snapshots_of(d, view, start)
         new = new_splits(start, snapshots)
         abandoned = {}
-        progress = self._queries.get(request.query_id)
+        progress = d.queries.get(query_id)
         if progress is not None:
             abandoned = progress.abandoned
         entry, translations = (
-            await self._entry.resolve(view, start, new, abandoned) if new else ({}, [])
+            await d.entry.resolve(view, start, new, abandoned) if new else ({}, [])
         )
         plan = plan_end(
             start,
@@ -152,93 +137,33 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             cap=dict(request.cap) or None,
             fail_on_data_loss=request.fail_on_data_loss,
         )
-        self._account(view, start, plan.end, snapshots)
+        _account(d, view, start, plan.end, snapshots)
         for t in translations:
-            self._history.record(
+            d.history.record(
                 view.name,
                 "translated",
                 cluster=SplitId.parse(t.split).cluster,
-                detail=f"query {request.query_id}: {t.split} starts at {t.offset} ({t.how})",
+                detail=f"query {query_id}: {t.split} starts at {t.offset} ({t.how})",
                 generation=view.generation,
             )
         for s, why in plan.retired.items():
-            self._history.record(
+            d.history.record(
                 view.name,
                 "retired",
                 cluster=SplitId.parse(s).cluster,
-                detail=f"query {request.query_id}: {s} ({why})",
+                detail=f"query {query_id}: {s} ({why})",
                 generation=view.generation,
             )
         for s, what in plan.data_loss.items():
-            self._metrics.data_loss.labels(view.name, SplitId.parse(s).cluster).inc()
-            self._history.record(
+            d.metrics.data_loss.labels(view.name, SplitId.parse(s).cluster).inc()
+            d.history.record(
                 view.name,
                 "data-loss",
                 cluster=SplitId.parse(s).cluster,
-                detail=f"query {request.query_id}: {what}",
+                detail=f"query {query_id}: {what}",
                 generation=view.generation,
             )
         return planner_pb2.LatestOffsetsResponse(end=plan.end, generation=view.generation)
-
-    async def snapshots(
-        self, view: StreamView, start: Mapping[str, int]
-    ) -> dict[str, ClusterSnapshot]:
-        """What each cluster of the stream looks like now (high watermarks of
-        the splits it has and the ones ``start`` holds)."""
-
-        async def one(cid: str) -> tuple[str, ClusterSnapshot]:
-            spec = view.spec.clusters[cid]
-            cc = self._discovery.client(view.name, cid)
-            drain = view.status.drains.get(cid)
-            topics = frozenset(spec.topics)
-            if cc is None or not spec.state.readable:
-                return cid, ClusterSnapshot(
-                    spec.state, topics, reachable=cc is not None, drain=drain
-                )
-            if not cc.discovered:
-                await self._discovery.discover(cc)
-            splits = {str(s) for s in cc.splits()}
-            ask = splits | {
-                s
-                for s in start
-                if SplitId.parse(s).cluster == cid and SplitId.parse(s).topic in topics
-            }
-            parts = [(SplitId.parse(s).topic, SplitId.parse(s).partition) for s in sorted(ask)]
-            try:
-                found = await self._discovery.offsets(cc, parts, OffsetQuery.latest())
-            except UnavailableError:
-                self._metrics.reachable.labels(view.name, cid).set(0)
-                return cid, ClusterSnapshot(
-                    spec.state, topics, False, frozenset(splits), drain=drain
-                )
-            self._metrics.reachable.labels(view.name, cid).set(1)
-            latest = {f"{cid}/{t}/{p}": off for (t, p), off in found.items()}
-            return cid, ClusterSnapshot(spec.state, topics, True, frozenset(splits), latest, drain)
-
-        return dict(await asyncio.gather(*(one(cid) for cid in view.spec.clusters)))
-
-    def _account(
-        self,
-        view: StreamView,
-        start: Mapping[str, int],
-        end: Mapping[str, int],
-        snaps: Mapping[str, ClusterSnapshot],
-    ) -> None:
-        planned: dict[str, int] = defaultdict(int)
-        lag: dict[str, int] = defaultdict(int)
-        for s, e in end.items():
-            if s == ov.NO_SPLITS or s not in start:
-                continue
-            cid = SplitId.parse(s).cluster
-            planned[cid] += max(e - start[s], 0)
-            high = snaps[cid].latest.get(s) if cid in snaps else None
-            if high is not None:
-                lag[cid] += max(high - start[s], 0)
-        for cid, n in planned.items():
-            self._metrics.planned.labels(view.name, cid).inc(n)
-        for cid, snap in snaps.items():
-            if snap.reachable and snap.state.readable:
-                self._metrics.lag.labels(view.name, cid).set(lag.get(cid, 0))
 
     # -- PlanPartitions ------------------------------------------------------
 
@@ -246,7 +171,8 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     async def PlanPartitions(
         self, request: planner_pb2.PlanPartitionsRequest, context: Ctx
     ) -> planner_pb2.PlanPartitionsResponse:
-        view = self._store.get(request.stream)
+        d, view = self._view(request.stream)
+        query_id = validate_id(request.query_id, "query_id")
         start = ov.splits_of(ov.parse(dict(request.start), "start"))
         end = ov.splits_of(ov.parse(dict(request.end), "end"))
         ranges: list[Range] = []
@@ -258,8 +184,8 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             spec = view.spec.clusters.get(cid)
             if spec is None or not spec.state.readable:
                 why = "cluster removed" if spec is None else f"cluster {spec.state.value}"
-                await self._abandonments.record(
-                    view.name, request.query_id, s, frm, until, why, view.generation
+                await d.abandonments.record(
+                    view.name, query_id, s, frm, until, why, view.generation
                 )
                 continue
             ranges.append(Range(s, frm, until))
@@ -272,6 +198,15 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         clusters = []
         for cid in used:
             conn = view.spec.clusters[cid].connection(cid)
+            if not self._readers_authenticated and conn.properties.redacted() != dict(
+                conn.properties
+            ):
+                raise PreconditionError(
+                    f"cluster {cid!r} of stream {view.name!r} has secret properties, which "
+                    "this coordinator hands only to authenticated readers: give it "
+                    "--reader-token-file (and the Spark job coordinatorTokenFile) or "
+                    "--tls-client-ca"
+                )
             clusters.append(
                 common_pb2.ClusterConnection(
                     cluster=cid,
@@ -292,31 +227,101 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     async def Commit(
         self, request: planner_pb2.CommitRequest, context: Ctx
     ) -> planner_pb2.CommitResponse:
-        view = self._store.get(request.stream)
+        d, view = self._view(request.stream)
+        query_id = validate_id(request.query_id, "query_id")
+        group_id = validate_id(request.group_id, "group_id")
         end = ov.splits_of(ov.parse(dict(request.end), "end"))
-        await self._queries.commit(request.query_id, view.name, end)
-        if request.group_id:
-            await self._commit_groups(view, request.group_id, end)
+        await d.queries.commit(query_id, view.name, end)
+        if group_id:
+            await _commit_groups(d, view, group_id, end)
         return planner_pb2.CommitResponse()
 
-    async def _commit_groups(self, view: StreamView, group_id: str, end: Mapping[str, int]) -> None:
-        by_cluster: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
-        for s, off in end.items():
-            split = SplitId.parse(s)
-            by_cluster[split.cluster][(split.topic, split.partition)] = off
-        for cid, offs in by_cluster.items():
-            cc = self._discovery.client(view.name, cid)
-            if cc is None or not cc.health.reachable:
-                continue
-            try:
-                await self._discovery.call(
-                    cc, functools.partial(cc.client.commit_group, group_id, offs, 5.0)
-                )
-            except UnavailableError as exc:
-                logger.warning(
-                    "group commit failed",
-                    extra={"stream": view.name, "cluster": cid, "error": str(exc)},
-                )
+
+async def _commit_groups(
+    d: LeaderDuties, view: StreamView, group_id: str, end: Mapping[str, int]
+) -> None:
+    by_cluster: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
+    for s, off in end.items():
+        split = SplitId.parse(s)
+        by_cluster[split.cluster][(split.topic, split.partition)] = off
+    for cid, offs in by_cluster.items():
+        cc = d.discovery.client(view.name, cid)
+        if cc is None or not cc.health.reachable:
+            continue
+        try:
+            await d.discovery.call(
+                cc, functools.partial(cc.client.commit_group, group_id, offs, 5.0)
+            )
+        except UnavailableError as exc:
+            logger.warning(
+                "group commit failed",
+                extra={"stream": view.name, "cluster": cid, "error": str(exc)},
+            )
+
+
+def _client(d: LeaderDuties, view: StreamView, cluster: str) -> ClusterClient:
+    cc = d.discovery.client(view.name, cluster)
+    if cc is None:
+        raise UnavailableError(
+            f"stream {view.name!r}: cluster {cluster!r} is not set up yet; retry"
+        )
+    return cc
+
+
+async def snapshots_of(
+    d: LeaderDuties, view: StreamView, start: Mapping[str, int]
+) -> dict[str, ClusterSnapshot]:
+    """What each cluster of the stream looks like now (high watermarks of
+    the splits it has and the ones ``start`` holds)."""
+
+    async def one(cid: str) -> tuple[str, ClusterSnapshot]:
+        spec = view.spec.clusters[cid]
+        cc = d.discovery.client(view.name, cid)
+        drain = view.status.drains.get(cid)
+        topics = frozenset(spec.topics)
+        if cc is None or not spec.state.readable:
+            return cid, ClusterSnapshot(spec.state, topics, reachable=cc is not None, drain=drain)
+        if not cc.discovered:
+            await d.discovery.discover(cc)
+        splits = {str(s) for s in cc.splits()}
+        ask = splits | {
+            s for s in start if SplitId.parse(s).cluster == cid and SplitId.parse(s).topic in topics
+        }
+        parts = [(SplitId.parse(s).topic, SplitId.parse(s).partition) for s in sorted(ask)]
+        try:
+            found = await d.discovery.offsets(cc, parts, OffsetQuery.latest())
+        except UnavailableError:
+            d.metrics.reachable.labels(view.name, cid).set(0)
+            return cid, ClusterSnapshot(spec.state, topics, False, frozenset(splits), drain=drain)
+        d.metrics.reachable.labels(view.name, cid).set(1)
+        latest = {f"{cid}/{t}/{p}": off for (t, p), off in found.items()}
+        return cid, ClusterSnapshot(spec.state, topics, True, frozenset(splits), latest, drain)
+
+    return dict(await asyncio.gather(*(one(cid) for cid in view.spec.clusters)))
+
+
+def _account(
+    d: LeaderDuties,
+    view: StreamView,
+    start: Mapping[str, int],
+    end: Mapping[str, int],
+    snaps: Mapping[str, ClusterSnapshot],
+) -> None:
+    planned: dict[str, int] = defaultdict(int)
+    lag: dict[str, int] = defaultdict(int)
+    for s, e in end.items():
+        if s == ov.NO_SPLITS or s not in start:
+            continue
+        cid = SplitId.parse(s).cluster
+        planned[cid] += max(e - start[s], 0)
+        high = snaps[cid].latest.get(s) if cid in snaps else None
+        if high is not None:
+            lag[cid] += max(high - start[s], 0)
+    for cid, n in planned.items():
+        d.metrics.planned.labels(view.name, cid).inc(n)
+    for cid, snap in snaps.items():
+        if snap.reachable and snap.state.readable:
+            d.metrics.lag.labels(view.name, cid).set(lag.get(cid, 0))
 
 
 def _range_pb(r: Range) -> common_pb2.SplitRange:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.etcd import MALFORMED, Etcd
+from coordinator.etcd import MALFORMED, EtcdClient
 from multikafka_core.offsets import OffsetVector
 
 logger = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class QueryProgress:
 
 
 class QueryStore:
-    def __init__(self, etcd: Etcd, prefix: str) -> None:
+    def __init__(self, etcd: EtcdClient, prefix: str) -> None:
         self._etcd = etcd
         self._prefix = f"{prefix}/queries/"
         self._queries: dict[str, QueryProgress] = {}

@@ -6,8 +6,12 @@ works out which (stream, cluster) pairs changed in a way agents care about
 the change's generation to every subscribed agent. It measures how long it
 takes until every agent that was subscribed has applied it.
 
-It also completes work the document alone implies: a cluster set DRAINING
-directly in etcd gets its drain offsets captured here.
+A change that implies lifecycle work (a cluster set DRAINING by hand, whose
+end offsets must be captured) only wakes the lifecycle, which does the work
+on its own task, outside the watch.
+
+One reconciler lives for one term of leadership: :meth:`start` takes the
+stores' current state as a snapshot and follows changes from there.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.agent_registry import Agent, AgentRegistry
@@ -22,10 +27,7 @@ from coordinator.discovery import Discovery
 from coordinator.history import History
 from coordinator.metadata import MetadataChange, MetadataStore, Rejection
 from coordinator.metrics import Metrics
-from coordinator.operations import ClusterOperations
 from coordinator.stream_state import StreamView
-from multikafka_core.background import BackgroundTasks
-from multikafka_core.exceptions import MultikafkaError
 from multikafka_core.model import ClusterState
 from multikafka_core.v1 import reader_pb2
 
@@ -61,14 +63,14 @@ class Reconciler:
         store: MetadataStore,
         discovery: Discovery,
         registry: AgentRegistry,
-        operations: ClusterOperations,
+        wake_lifecycle: Callable[[], None],
         history: History,
         metrics: Metrics,
     ) -> None:
         self._store = store
         self._discovery = discovery
         self._registry = registry
-        self._operations = operations
+        self._wake_lifecycle = wake_lifecycle
         self._history = history
         self._metrics = metrics
         self._desired: dict[str, dict[str, reader_pb2.ClusterDesired]] = {}
@@ -76,11 +78,26 @@ class Reconciler:
         #: Recent reconcile latencies (seconds), for benchmarks and the admin API.
         self.latencies: deque[float] = deque(maxlen=10_000)
         self.generation = 0
-        self._tasks = BackgroundTasks("reconcile")
-        store.on_change(self.on_change)
-        store.on_rejection(self.on_rejection)
         registry.on_applied(self.on_applied)
         registry.on_expired.append(self.on_applied)
+
+    async def start(self) -> None:
+        """Take every stream as it is now (discovery set up for each), then
+        follow the store's changes."""
+        async with self._store.applying():
+            for view in self._store.views():
+                await self._discovery.sync(view, view.name)
+                self._desired[view.name] = desired_of(view)
+                self._metrics.generation.labels(view.name).set(view.generation)
+                if _needs_drain(view):
+                    self._wake_lifecycle()
+            self.generation = self._store.revision
+            self._store.on_change(self.on_change)
+            self._store.on_rejection(self.on_rejection)
+
+    def stop(self) -> None:
+        self._store.forget_listener(self.on_change)
+        self._store.forget_listener(self.on_rejection)
 
     def snapshot(self) -> reader_pb2.ReconcileEvent:
         """Every (stream, cluster)'s desired state, for a new subscription."""
@@ -120,8 +137,8 @@ class Reconciler:
             self._history.record(
                 change.name, "reconcile", detail=summary, generation=change.revision
             )
-        if change.new is not None:
-            self._capture_drains(change.new)
+        if change.new is not None and _needs_drain(change.new):
+            self._wake_lifecycle()
 
     async def on_rejection(self, rejection: Rejection) -> None:
         self._metrics.rejected.labels(rejection.name).inc()
@@ -180,26 +197,13 @@ class Reconciler:
                 sum(cc.partitions.values())
             )
 
-    def _capture_drains(self, view: StreamView) -> None:
-        for cid, spec in view.spec.clusters.items():
-            if spec.state is ClusterState.DRAINING and cid not in view.status.drains:
-                self._tasks.spawn(f"capture drain of {cid}", self._capture(view.name, cid))
 
-    async def settled(self) -> None:
-        """Wait until the drain captures it started have finished."""
-        await self._tasks.join()
-
-    async def stop(self) -> None:
-        await self._tasks.stop()
-
-    async def _capture(self, stream: str, cluster: str) -> None:
-        try:
-            await self._operations.drain(stream, cluster)
-        except MultikafkaError as exc:
-            logger.warning(
-                "cannot capture drain offsets yet; the cluster is not read meanwhile",
-                extra={"stream": stream, "cluster": cluster, "error": str(exc)},
-            )
+def _needs_drain(view: StreamView) -> bool:
+    """A cluster is DRAINING without captured end offsets (set by hand)."""
+    return any(
+        spec.state is ClusterState.DRAINING and cid not in view.status.drains
+        for cid, spec in view.spec.clusters.items()
+    )
 
 
 def describe(change: MetadataChange) -> str:

@@ -12,6 +12,7 @@ task runs again at its next tick and a loop is started again after a pause.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -32,12 +33,25 @@ class BackgroundTasks:
         self._tasks: set[asyncio.Task[None]] = set()
         self._one_off: set[asyncio.Task[None]] = set()
 
-    def every(self, name: str, interval_s: float, fn: Callable[[], Awaitable[object]]) -> None:
-        """Call ``fn`` every ``interval_s`` seconds (the first time after one interval)."""
+    def every(
+        self,
+        name: str,
+        interval_s: float,
+        fn: Callable[[], Awaitable[object]],
+        *,
+        wake: asyncio.Event | None = None,
+    ) -> None:
+        """Call ``fn`` every ``interval_s`` seconds (the first time after one
+        interval), or at once when ``wake`` is set."""
 
         async def loop() -> None:
             while True:
-                await asyncio.sleep(interval_s)
+                if wake is None:
+                    await asyncio.sleep(interval_s)
+                else:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(wake.wait(), interval_s)
+                    wake.clear()
                 try:
                     await fn()
                 except Exception:

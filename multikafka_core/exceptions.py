@@ -7,6 +7,13 @@ both ways lives in :mod:`multikafka_core.grpc_codes`.
 from __future__ import annotations
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """How an error quotes a value it was given: its ``repr``, cut short
+    (an error never echoes unbounded input)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 class MultikafkaError(Exception):
     """Root of every error multikafka raises on purpose."""
 
@@ -19,9 +26,10 @@ class ValidationError(MultikafkaError):
     grpc_code_name = "INVALID_ARGUMENT"
 
     def __init__(self, field: str, problem: str) -> None:
-        self.field = field
+        # A field's path holds keys of the input (document keys): cut it short.
+        self.field = field if len(field) <= 200 else f"{field[:200]}..."
         self.problem = problem
-        super().__init__(f"{field}: {problem}" if field else problem)
+        super().__init__(f"{self.field}: {problem}" if field else problem)
 
 
 class NotFoundError(MultikafkaError):
@@ -48,10 +56,26 @@ class UnavailableError(MultikafkaError):
     grpc_code_name = "UNAVAILABLE"
 
 
+class NotLeaderError(UnavailableError):
+    """This coordinator replica is a standby; ``leader`` is where the leader
+    is ("" while there is none). Clients move there by themselves."""
+
+    def __init__(self, leader: str) -> None:
+        self.leader = leader
+        where = f"the leader is at {leader}" if leader else "no leader is elected yet"
+        super().__init__(f"this coordinator is a standby; {where}")
+
+
 class AuthenticationError(MultikafkaError):
-    """The caller did not prove who it is (missing or wrong admin token)."""
+    """The caller did not prove who it is (no credential)."""
 
     grpc_code_name = "UNAUTHENTICATED"
+
+
+class PermissionDeniedError(AuthenticationError):
+    """The caller's credential is wrong, or not one for this service."""
+
+    grpc_code_name = "PERMISSION_DENIED"
 
 
 class DataLossError(MultikafkaError):

@@ -15,9 +15,34 @@ _BY_CODE: dict[grpc.StatusCode, type[exc.MultikafkaError]] = {
     grpc.StatusCode.UNAVAILABLE: exc.UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: exc.UnavailableError,
     grpc.StatusCode.UNAUTHENTICATED: exc.AuthenticationError,
-    grpc.StatusCode.PERMISSION_DENIED: exc.AuthenticationError,
+    grpc.StatusCode.PERMISSION_DENIED: exc.PermissionDeniedError,
     grpc.StatusCode.DATA_LOSS: exc.DataLossError,
 }
+
+
+#: Trailing metadata of a standby's UNAVAILABLE answer: the leader's address.
+LEADER_KEY = "multikafka-leader"
+
+#: Longest error message a service returns (gRPC carries the message in
+#: trailing metadata, whose size is limited; input is never echoed whole).
+MAX_DETAILS = 1000
+
+
+def clip(text: str, limit: int = MAX_DETAILS) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def leader_of(error: grpc.RpcError) -> str:
+    """The leader's address a standby named in its answer ("" if none)."""
+    if not isinstance(error, grpc.Call):
+        return ""
+    for key, value in error.trailing_metadata() or ():
+        if key == LEADER_KEY:
+            return str(value)
+    return ""
 
 
 def to_grpc_code(error: BaseException) -> grpc.StatusCode:
@@ -35,4 +60,7 @@ def from_rpc_error(error: grpc.RpcError, what: str = "") -> exc.MultikafkaError:
     cls = _BY_CODE.get(code, exc.MultikafkaError)
     if cls is exc.ValidationError:
         return exc.ValidationError("", f"{prefix}{details}")
+    leader = leader_of(error)
+    if code == grpc.StatusCode.UNAVAILABLE and leader:
+        return exc.NotLeaderError(leader)
     return cls(f"{prefix}{details}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from multikafka_core._secrets import Properties
+from multikafka_core.exceptions import shown
 
 #: A partition number written the one way str(int) writes it.
 _PARTITION = re.compile(r"0|[1-9][0-9]*")
@@ -189,9 +190,9 @@ class SplitId(NamedTuple):
         parts = text.split("/")
         if len(parts) != 3 or not parts[0] or not parts[1] or not _PARTITION.fullmatch(parts[2]):
             raise ValueError(
-                f"split id {text!r} is not 'cluster/topic/partition' (partition like 0, 7, 12)"
+                f"split id {shown(text)} is not 'cluster/topic/partition' (partition like 0, 7, 12)"
             )
         partition = int(parts[2])
         if partition >= 2**31:
-            raise ValueError(f"split id {text!r}: partition out of range")
+            raise ValueError(f"split id {shown(text)}: partition out of range")
         return cls(parts[0], parts[1], partition)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from multikafka_core.exceptions import ValidationError
+from multikafka_core.exceptions import ValidationError, shown
 from multikafka_core.model import SplitId
 
 #: Placeholder entry of the vector of a stream that has no splits (yet).
@@ -59,7 +59,7 @@ def parse(value: object, field: str = "offsets", *, allow_special: bool = False)
                 if allow_special
                 else "an offset >= 0"
             )
-            raise ValidationError(f"{field}.{key}", f"must be {allowed}, got {off!r}")
+            raise ValidationError(f"{field}.{key}", f"must be {allowed}, got {shown(off)}")
         out[key] = off
     return out
 

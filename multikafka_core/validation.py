@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from multikafka_core._secrets import Properties
-from multikafka_core.exceptions import ValidationError
+from multikafka_core.exceptions import ValidationError, shown
 from multikafka_core.model import (
     AutoFailover,
     ClusterSpec,
@@ -25,6 +25,12 @@ from multikafka_core.model import (
     StreamSpec,
 )
 
+#: Longest stream or cluster name.
+MAX_NAME = 128
+#: A stream document is refused from this size on (bytes of its JSON).
+MAX_DOCUMENT_BYTES = 1024 * 1024
+#: Longest identifier a request may carry (query, agent, consumer group).
+MAX_ID = 255
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
@@ -54,11 +60,27 @@ def validate_name(value: object, field: str) -> str:
     """A stream or cluster name: letters, digits, ``.``, ``_``, ``-`` (no ``/``)."""
     if not isinstance(value, str):
         raise ValidationError(field, f"must be a string, got {_type(value)}")
+    if len(value) > MAX_NAME:
+        raise ValidationError(
+            field,
+            f"is not a valid name: it is {len(value):,} characters long; "
+            f"names are at most {MAX_NAME} characters",
+        )
     if not _NAME.fullmatch(value):
         raise ValidationError(
             field,
-            f"{value!r} is not a valid name: use 1-128 letters, digits, '.', '_' or '-', "
+            f"{shown(value)} is not a valid name: use 1-{MAX_NAME} letters, digits, '.', '_' or '-', "
             "starting with a letter or digit",
+        )
+    return value
+
+
+def validate_id(value: str, field: str) -> str:
+    """An identifier a request carries (query id, agent id, consumer group):
+    any text up to :data:`MAX_ID` characters."""
+    if len(value) > MAX_ID:
+        raise ValidationError(
+            field, f"is {len(value):,} characters long; at most {MAX_ID} are allowed"
         )
     return value
 
@@ -75,7 +97,7 @@ def parse_duration_ms(value: object, field: str) -> int:
         m = _DURATION.fullmatch(value.strip())
         if m:
             return int(m.group(1)) * _DURATION_MS[m.group(2)]
-    raise ValidationError(field, f"must be a duration such as 30s or 500ms, got {value!r}")
+    raise ValidationError(field, f"must be a duration such as 30s or 500ms, got {shown(value)}")
 
 
 def parse_stream_json(text: str | bytes, *, expected_name: str | None = None) -> StreamSpec:
@@ -97,7 +119,7 @@ def parse_stream(doc: object, *, expected_name: str | None = None) -> StreamSpec
     name = validate_name(_required(obj, "name", ""), "name")
     if expected_name is not None and name != expected_name:
         raise ValidationError(
-            "name", f"is {name!r} but the document is stored as {expected_name!r}"
+            "name", f"is {shown(name)} but the document is stored as {shown(expected_name)}"
         )
     clusters_doc = _object(_required(obj, "clusters", ""), "clusters")
     if not clusters_doc:
@@ -136,7 +158,9 @@ def _parse_bootstrap(value: object, field: str) -> str:
         host_port = server.split("://", 1)[-1]
         m = _HOST_PORT.fullmatch(host_port)
         if not m or not 0 < int(m.group(2)) < 65536:
-            raise ValidationError(field, f"{server!r} is not 'host:port' with a port in 1-65535")
+            raise ValidationError(
+                field, f"{shown(server)} is not 'host:port' with a port in 1-65535"
+            )
     return ",".join(servers)
 
 
@@ -152,10 +176,10 @@ def _parse_topics(value: object, field: str) -> tuple[str, ...]:
         if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
             raise ValidationError(
                 f"{field}[{i}]",
-                f"{topic!r} is not a valid Kafka topic name (1-249 of letters, digits, '.', '_', '-')",
+                f"{shown(topic)} is not a valid Kafka topic name (1-249 of letters, digits, '.', '_', '-')",
             )
         if topic in seen:
-            raise ValidationError(f"{field}[{i}]", f"topic {topic!r} is listed twice")
+            raise ValidationError(f"{field}[{i}]", f"topic {shown(topic)} is listed twice")
         seen.add(topic)
     return tuple(value)
 
@@ -184,7 +208,9 @@ def _parse_state(value: object, field: str) -> ClusterState:
         return ClusterState(value.upper())
     except ValueError:
         allowed = ", ".join(s.value for s in ClusterState)
-        raise ValidationError(field, f"unknown state {value!r}; use one of {allowed}") from None
+        raise ValidationError(
+            field, f"unknown state {shown(value)}; use one of {allowed}"
+        ) from None
 
 
 def parse_starting(value: object, field: str) -> StartingPosition:
@@ -196,7 +222,8 @@ def parse_starting(value: object, field: str) -> StartingPosition:
         if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0:
             return StartingPosition(StartKind.TIMESTAMP, ts)
     raise ValidationError(
-        field, f'must be "earliest", "latest" or {{"timestamp": <ms since epoch>}}, got {value!r}'
+        field,
+        f'must be "earliest", "latest" or {{"timestamp": <ms since epoch>}}, got {shown(value)}',
     )
 
 
@@ -206,7 +233,7 @@ def _parse_auto_failover(doc: object, clusters: Mapping[str, ClusterSpec]) -> Au
     standby = validate_name(_required(obj, "standby", path), f"{path}.standby")
     if standby not in clusters:
         raise ValidationError(
-            f"{path}.standby", f"names {standby!r}, which is not a cluster of this stream"
+            f"{path}.standby", f"names {shown(standby)}, which is not a cluster of this stream"
         )
     window_key = "unreachable_after" if "unreachable_after" in obj else "unreachable_after_ms"
     window = parse_duration_ms(_required(obj, window_key, path), f"{path}.{window_key}")
@@ -217,7 +244,7 @@ def _parse_auto_failover(doc: object, clusters: Mapping[str, ClusterSpec]) -> Au
         strategy = FailoverStrategy(strategy_raw)
     except ValueError:
         raise ValidationError(
-            f"{path}.strategy", f"unknown strategy {strategy_raw!r}; use timestamp or identity"
+            f"{path}.strategy", f"unknown strategy {shown(strategy_raw)}; use timestamp or identity"
         ) from None
     margin_key = "margin" if "margin" in obj else "margin_ms"
     margin = parse_duration_ms(obj.get(margin_key, 30_000), f"{path}.{margin_key}")

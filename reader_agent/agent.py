@@ -23,6 +23,7 @@ import pyarrow as pa
 from multikafka_core.arrow import record_batch
 from multikafka_core.background import BackgroundThreads
 from multikafka_core.providers import ReadOutcome, TopicPartitionRange
+from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import reader_pb2
 from reader_agent.link import CoordinatorLink
 from reader_agent.subreader import RangeReaderFactory, SubReader, SubReaderStats, kafka_reader
@@ -60,7 +61,7 @@ class ReaderAgent:
         #: Clusters removed since they were last known (bounded), so tasks
         #: still reading them abandon their ranges.
         self._removed: dict[Key, None] = {}
-        self._links: dict[str, CoordinatorLink] = {}
+        self._links: dict[ConnectConfig, CoordinatorLink] = {}
         self._threads = BackgroundThreads("multikafka-agent")
         self._threads.every("idle-reaper", max(min(idle_timeout_s / 4, 5.0), 0.05), self.reap_idle)
         self.pid = os.getpid()
@@ -225,19 +226,22 @@ class ReaderAgent:
 
     # -- coordinator link ----------------------------------------------------
 
-    def connect(self, address: str) -> CoordinatorLink:
-        """Register with the coordinator at ``address`` (once) and subscribe."""
+    def connect(self, coordinator: ConnectConfig | str) -> CoordinatorLink:
+        """Register with the coordinator (once per coordinator: ``host:port``
+        or several, or a full :class:`ConnectConfig`) and subscribe."""
+        if isinstance(coordinator, str):
+            coordinator = ConnectConfig.parse(coordinator)
         with self._lock:
-            link = self._links.get(address)
+            link = self._links.get(coordinator)
             if link is None:
                 link = CoordinatorLink(
-                    address,
+                    coordinator,
                     self.agent_id,
                     self.apply,
                     self.stats,
                     heartbeat_interval_s=self._heartbeat_s,
                 )
-                self._links[address] = link
+                self._links[coordinator] = link
                 link.start()
             return link
 

@@ -1,8 +1,9 @@
 """The agent's connection to the coordinator's Reader service.
 
 Two background threads: one holds the Subscribe stream (registering and
-subscribing again whenever it breaks), one sends heartbeats, and sends one at
-once after every applied event (the acknowledgement that ends a reconcile).
+subscribing again whenever it breaks, at the leader: a standby's answer names
+it), one sends heartbeats, and sends one at once after every applied event
+(the acknowledgement that ends a reconcile).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 
 import grpc
 
-from multikafka_core import transport
 from multikafka_core.background import BackgroundThreads
 from multikafka_core.retry import Backoff, retry
+from multikafka_core.transport import ConnectConfig, Coordinators
 from multikafka_core.v1 import reader_pb2, reader_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ StatsProvider = Callable[[], tuple[int, list[reader_pb2.SubReaderStats]]]
 class CoordinatorLink:
     def __init__(
         self,
-        address: str,
+        config: ConnectConfig,
         agent_id: str,
         on_event: EventHandler,
         stats: StatsProvider,
@@ -38,15 +39,14 @@ class CoordinatorLink:
         heartbeat_interval_s: float = 2.0,
         retry_s: float = 0.5,
     ) -> None:
-        self.address = address
+        self.address = str(config)
         self.agent_id = agent_id
         self._on_event = on_event
         self._stats = stats
         self._heartbeat_s = heartbeat_interval_s
         self._backoff = Backoff.constant(retry_s)
-        self._channel = transport.channel(address)
-        self._stub = reader_pb2_grpc.ReaderStub(self._channel)
-        self._threads = BackgroundThreads(f"multikafka-link-{address}")
+        self._coordinators = Coordinators(config)
+        self._threads = BackgroundThreads(f"multikafka-link-{config.addresses[0]}")
         self._beat = threading.Event()
         self._stream: Any = None
         self._registered = threading.Event()
@@ -61,7 +61,14 @@ class CoordinatorLink:
         if stream is not None:
             stream.cancel()
         self._threads.stop()
-        self._channel.close()
+        self._coordinators.close()
+
+    @property
+    def _stub(self) -> reader_pb2_grpc.ReaderStub:
+        return reader_pb2_grpc.ReaderStub(self._coordinators.channel())
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._coordinators.metadata
 
     def acknowledge(self) -> None:
         """Send a heartbeat now (after applying an event)."""
@@ -70,8 +77,9 @@ class CoordinatorLink:
     def report(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
         request.agent_id = self.agent_id
         try:
-            self._stub.ReportReads(request, timeout=timeout_s)
+            self._stub.ReportReads(request, metadata=self._metadata(), timeout=timeout_s)
         except grpc.RpcError as exc:
+            self._coordinators.moved(exc)
             # Losing marks only makes failover translation more conservative.
             logger.warning(
                 "could not report reads to the coordinator: %s",
@@ -83,6 +91,7 @@ class CoordinatorLink:
             reader_pb2.RegisterRequest(
                 agent_id=self.agent_id, host=socket.gethostname(), pid=os.getpid()
             ),
+            metadata=self._metadata(),
             timeout=5,
         )
         self._registered.set()
@@ -98,19 +107,23 @@ class CoordinatorLink:
                     when=lambda _: not stopping.is_set(),
                     backoff=self._backoff,
                     sleep=stopping.wait,
-                    on_retry=lambda exc, _: logger.debug(
-                        "subscription to %s broke (%s); retrying",
-                        self.address,
-                        exc.code() if isinstance(exc, grpc.Call) else exc,
-                    ),
+                    on_retry=self._broke,
                 )
             except grpc.RpcError:
                 return  # closing
             stopping.wait(self._backoff.first_s)  # the coordinator ended the stream: resync
 
+    def _broke(self, exc: BaseException, delay_s: float) -> None:
+        code = exc.code() if isinstance(exc, grpc.Call) else exc
+        logger.debug("subscription to %s broke (%s); retrying", self._coordinators.address, code)
+        self._coordinators.moved(exc)
+        self._registered.clear()
+
     def _follow(self) -> None:
         self._register()
-        self._stream = self._stub.Subscribe(reader_pb2.SubscribeRequest(agent_id=self.agent_id))
+        self._stream = self._stub.Subscribe(
+            reader_pb2.SubscribeRequest(agent_id=self.agent_id), metadata=self._metadata()
+        )
         for event in self._stream:
             self._on_event(event)
             self.acknowledge()
@@ -124,10 +137,12 @@ class CoordinatorLink:
                 reader_pb2.HeartbeatRequest(
                     agent_id=self.agent_id, applied_generation=applied, sub_readers=stats
                 ),
+                metadata=self._metadata(),
                 timeout=5,
             )
-        except grpc.RpcError:
-            logger.debug("heartbeat to %s failed", self.address)
+        except grpc.RpcError as exc:
+            logger.debug("heartbeat to %s failed", self._coordinators.address)
+            self._coordinators.moved(exc)
             return
         if not resp.known:
             # The coordinator restarted or expired us: register and subscribe

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from multikafka_core.model import Connection
+from multikafka_core.transport import ConnectConfig
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,10 @@ class RangeSpec:
 
 @dataclass(frozen=True)
 class ReadTask:
-    #: Coordinator ``host:port`` the agent registers with and reports to.
-    coordinator: str
+    #: How the agent reaches the coordinator it registers with and reports to
+    #: (its CA, client certificate and reader token travel with the task, so
+    #: executors need no file); ``None``: report to no coordinator.
+    coordinator: ConnectConfig | None
     stream: str
     query_id: str
     #: Metadata generation the task was planned at.

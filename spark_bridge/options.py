@@ -10,15 +10,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from multikafka_core import env
 from multikafka_core import offsets as ov
 from multikafka_core.exceptions import ValidationError
+from multikafka_core.transport import ConnectConfig, read_pem
 from multikafka_core.v1 import planner_pb2
 
 Position = planner_pb2.Position
 
 #: option (lower case) -> what it does, for the error on unknown options.
 KNOWN = {
-    "coordinator": "host:port of the multikafka coordinator (required)",
+    "coordinator": "host:port of the multikafka coordinator, or several comma-separated (required)",
     "stream": "logical stream name (required)",
     "startingoffsets": 'earliest | latest | JSON {"cluster/topic/partition": offset} (-2 earliest, -1 latest)',
     "startingtimestamp": "start at the first record at or after this time (ms since epoch)",
@@ -32,7 +34,10 @@ KNOWN = {
     "queryid": "stable id of this query at the coordinator (default: one per run)",
     "commitgroupid": "also commit each batch's end offsets to this consumer group on every cluster",
     "coordinatortimeoutms": "how long planner calls retry an unavailable coordinator (default 60000)",
-    "coordinatortlsca": "PEM file of the CA that signed the coordinator's TLS certificate",
+    "coordinatortlsca": "PEM file of the CA that signed the coordinator's TLS certificate (TLS)",
+    "coordinatortlscert": "PEM file of a client certificate for the coordinator (mutual TLS)",
+    "coordinatortlskey": "PEM file of that client certificate's key",
+    "coordinatortokenfile": "file holding the coordinator's reader token (default: env MULTIKAFKA_READER_TOKEN)",
     "path": "ignored",
 }
 
@@ -52,6 +57,9 @@ class SourceOptions:
     commit_group_id: str = ""
     coordinator_timeout_s: float = 60.0
     coordinator_tls_ca: str = ""
+    coordinator_tls_cert: str = ""
+    coordinator_tls_key: str = ""
+    coordinator_token_file: str = ""
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -64,8 +72,10 @@ class SourceOptions:
                     f"option {key}", f"unknown option for format multikafka; known: {known}"
                 )
         coordinator = _required(opts, "coordinator")
-        if ":" not in coordinator:
-            raise ValidationError("option coordinator", f"{coordinator!r} is not host:port")
+        try:
+            ConnectConfig.parse(coordinator)
+        except ValidationError as exc:
+            raise ValidationError("option coordinator", exc.problem) from None
         for ending in ("endingoffsets", "endingtimestamp"):
             if streaming and ending in opts:
                 raise ValidationError(
@@ -86,7 +96,29 @@ class SourceOptions:
             commit_group_id=opts.get("commitgroupid", ""),
             coordinator_timeout_s=(_int(opts, "coordinatortimeoutms", 60_000, low=0) or 0) / 1000,
             coordinator_tls_ca=opts.get("coordinatortlsca", ""),
+            coordinator_tls_cert=opts.get("coordinatortlscert", ""),
+            coordinator_tls_key=opts.get("coordinatortlskey", ""),
+            coordinator_token_file=opts.get("coordinatortokenfile", ""),
         )
+
+
+def connect_config(o: SourceOptions) -> ConnectConfig:
+    """How the query reaches the coordinator, files read now (on the driver):
+    the CA, client certificate and reader token then travel inside each
+    task, so executors need no file of their own."""
+    token = (
+        env.read_secret(o.coordinator_token_file, "option coordinatorTokenFile")
+        if o.coordinator_token_file
+        else env.secret(env.READER_TOKEN, env.READER_TOKEN_FILE)
+    )
+    ca = o.coordinator_tls_ca or env.get(env.TLS_CA)
+    return ConnectConfig.parse(
+        o.coordinator,
+        tls_ca=read_pem(ca),
+        cert=read_pem(o.coordinator_tls_cert),
+        key=read_pem(o.coordinator_tls_key),
+        token=token,
+    )
 
 
 def _required(opts: Mapping[str, str], key: str) -> str:

@@ -7,6 +7,7 @@ from pyspark.sql.datasource import InputPartition
 
 from multikafka_core._secrets import Properties
 from multikafka_core.model import Connection
+from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent.task import RangeSpec, ReadTask
 
@@ -23,7 +24,7 @@ class MultiKafkaPartition(InputPartition):
 def partitions_from_plan(
     plan: planner_pb2.PlanPartitionsResponse,
     *,
-    coordinator: str,
+    coordinator: ConnectConfig,
     stream: str,
     query_id: str,
     include_headers: bool,

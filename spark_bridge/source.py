@@ -34,9 +34,10 @@ from multikafka_core import offsets as ov
 from multikafka_core.arrow import SPARK_DDL, SPARK_DDL_WITH_HEADERS
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.planner_client import PlannerClient
+from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent import get_agent
-from spark_bridge.options import SourceOptions
+from spark_bridge.options import SourceOptions, connect_config
 from spark_bridge.partition import MultiKafkaPartition, partitions_from_plan
 
 logger = logging.getLogger(__name__)
@@ -47,14 +48,19 @@ class _Base:
         self.options = options
         self.query_id = options.query_id or f"{options.stream}-{uuid.uuid4().hex[:12]}"
         self._client: PlannerClient | None = None
+        self._connect: ConnectConfig | None = None
+
+    @property
+    def connect(self) -> ConnectConfig:
+        """How to reach the coordinator (files read once, on the driver)."""
+        if self._connect is None:
+            self._connect = connect_config(self.options)
+        return self._connect
 
     @property
     def client(self) -> PlannerClient:
         if self._client is None:
-            o = self.options
-            self._client = PlannerClient(
-                o.coordinator, timeout_s=o.coordinator_timeout_s, tls_ca=o.coordinator_tls_ca
-            )
+            self._client = PlannerClient(self.connect, timeout_s=self.options.coordinator_timeout_s)
         return self._client
 
     def __getstate__(self) -> dict[str, Any]:
@@ -76,7 +82,7 @@ class _Base:
         )
         return partitions_from_plan(
             plan,
-            coordinator=o.coordinator,
+            coordinator=self.connect,
             stream=o.stream,
             query_id=self.query_id,
             include_headers=o.include_headers,

@@ -7,9 +7,9 @@
 * :class:`FakeKafka`: clusters whose partitions, offsets, record times and
   reachability a test sets, behind the provider's ``MetadataClient``
   interface;
-* :func:`coordinator_parts`: the coordinator's components wired as
-  :class:`coordinator.Coordinator` wires them, over those fakes, with no
-  background loop and no gRPC server (tests drive each step).
+* :func:`coordinator_parts`: the leader's duties (:class:`LeaderDuties`, the
+  production wiring) over those fakes, writing behind a fence as a leader
+  does, with no background loop and no gRPC server (tests drive each step).
 
 Integration tests use the real etcd and brokers instead.
 """
@@ -20,21 +20,21 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coordinator.agent_registry import AgentRegistry
 from coordinator.config import CoordinatorConfig
 from coordinator.discovery import Discovery
 from coordinator.entry import EntryOffsets
-from coordinator.etcd import KV, Compacted, WatchEvent
+from coordinator.etcd import KV, Compacted, Fence, FencedError, FencedEtcd, WatchEvent
 from coordinator.history import History
+from coordinator.leader import LeaderDuties
+from coordinator.lifecycle import ClusterLifecycle
 from coordinator.metadata import MetadataStore
 from coordinator.metrics import Metrics
-from coordinator.operations import ClusterOperations
 from coordinator.queries import QueryStore
 from coordinator.reconcile import Reconciler
-from coordinator.supervisor import Supervisor
 from coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
 from multikafka_core.exceptions import ConflictError, UnavailableError
 from multikafka_core.model import Connection
@@ -158,15 +158,30 @@ class FakeEtcd:
         self._check()
         return [self._kv[k] for k in sorted(self._kv) if start <= k < end], self.revision
 
-    async def put(self, key: str, value: bytes, *, lease: int | None = None) -> int:
+    def _guard(self, fence: Fence | None) -> None:
+        if fence is None:
+            return
+        kv = self._kv.get(fence.key)
+        if kv is None or kv.create_revision != fence.revision:
+            raise FencedError("not the leader any more: the write was refused (fenced)")
+
+    async def put(
+        self, key: str, value: bytes, *, lease: int | None = None, fence: Fence | None = None
+    ) -> int:
         self._check()
+        self._guard(fence)
         return self._write(key, value, lease)
 
-    async def put_if(self, key: str, value: bytes, expected_mod_revision: int) -> int:
-        return await self.put_all_if([(key, value, expected_mod_revision)])
+    async def put_if(
+        self, key: str, value: bytes, expected_mod_revision: int, *, fence: Fence | None = None
+    ) -> int:
+        return await self.put_all_if([(key, value, expected_mod_revision)], fence=fence)
 
-    async def put_all_if(self, writes: Sequence[tuple[str, bytes, int]]) -> int:
+    async def put_all_if(
+        self, writes: Sequence[tuple[str, bytes, int]], *, fence: Fence | None = None
+    ) -> int:
         self._check()
+        self._guard(fence)
         for key, _, expected in writes:
             old = self._kv.get(key)
             if (old.mod_revision if old is not None else 0) != expected:
@@ -175,12 +190,14 @@ class FakeEtcd:
             self._write(key, value, same=i > 0)
         return self.revision
 
-    async def delete(self, key: str) -> bool:
+    async def delete(self, key: str, *, fence: Fence | None = None) -> bool:
         self._check()
+        self._guard(fence)
         return self._delete(key)
 
-    async def delete_prefix(self, prefix: str) -> int:
+    async def delete_prefix(self, prefix: str, *, fence: Fence | None = None) -> int:
         self._check()
+        self._guard(fence)
         keys = self.keys(prefix)
         for key in keys:
             self._delete(key)
@@ -231,12 +248,16 @@ class FakeEtcd:
 
     async def create_if_absent(
         self, key: str, value: bytes, lease_id: int
-    ) -> tuple[bool, bytes | None]:
+    ) -> tuple[bool, KV | None]:
         self._check()
         if key in self._kv:
-            return False, self._kv[key].value
+            return False, self._kv[key]
         self._write(key, value, lease_id)
-        return True, None
+        return True, self._kv[key]
+
+    async def version(self) -> str:
+        self._check()
+        return "fake"
 
 
 # -- Kafka ----------------------------------------------------------------------
@@ -330,7 +351,7 @@ class FakeKafka:
         return client
 
 
-# -- the coordinator's parts ------------------------------------------------------
+# -- the coordinator's parts ------------------------------------------------
 
 
 #: Backoffs short enough for tests; loops never run on their own in these tests.
@@ -341,24 +362,62 @@ FAKE_CONFIG = CoordinatorConfig(
 
 @dataclass
 class Parts:
-    """The coordinator's components as :class:`coordinator.Coordinator` wires them."""
+    """The store every replica has, and the leader's duties (as
+    :class:`coordinator.Coordinator` wires them) over fakes."""
 
     etcd: FakeEtcd
     kafka: FakeKafka
-    metrics: Metrics
-    history: History
     store: MetadataStore
-    queries: QueryStore
-    marks: ReadMarks
-    registry: AgentRegistry
-    discovery: Discovery
-    operations: ClusterOperations
-    reconciler: Reconciler
-    supervisor: Supervisor
-    abandonments: Abandonments
-    translator: FailoverTranslator
-    entry: EntryOffsets
+    duties: LeaderDuties
+    #: The fence the duties write behind (this "replica" leads).
+    fence: Fence
+    #: Times a write was refused by the fence.
+    fenced: list[int]
     executor: ThreadPoolExecutor
+
+    @property
+    def metrics(self) -> Metrics:
+        return self.duties.metrics
+
+    @property
+    def history(self) -> History:
+        return self.duties.history
+
+    @property
+    def queries(self) -> QueryStore:
+        return self.duties.queries
+
+    @property
+    def marks(self) -> ReadMarks:
+        return self.duties.marks
+
+    @property
+    def registry(self) -> AgentRegistry:
+        return self.duties.registry
+
+    @property
+    def discovery(self) -> Discovery:
+        return self.duties.discovery
+
+    @property
+    def lifecycle(self) -> ClusterLifecycle:
+        return self.duties.lifecycle
+
+    @property
+    def reconciler(self) -> Reconciler:
+        return self.duties.reconciler
+
+    @property
+    def abandonments(self) -> Abandonments:
+        return self.duties.abandonments
+
+    @property
+    def entry(self) -> EntryOffsets:
+        return self.duties.entry
+
+    @property
+    def translator(self) -> FailoverTranslator:
+        return self.duties.translator
 
     async def put(self, doc: Mapping[str, Any]) -> int:
         """Write a stream document to etcd (as an operator would) and wait
@@ -371,15 +430,16 @@ class Parts:
         return revision
 
     async def settle(self) -> None:
-        """Let the reconciler finish the drain captures it started, and apply
-        whatever they wrote."""
-        await self.reconciler.settled()
+        """Run the lifecycle check the watch asked for (its loop would), and
+        apply what it wrote."""
+        while self.lifecycle.woken:
+            self.lifecycle._wake.clear()
+            await self.lifecycle.check_all()
         await self.store.wait_applied(self.etcd.revision)
 
     async def close(self) -> None:
-        await self.reconciler.stop()
+        await self.duties.stop()
         await self.store.stop()
-        await self.discovery.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -389,41 +449,19 @@ async def coordinator_parts(
     config: CoordinatorConfig = FAKE_CONFIG,
     prefix: str = "/t",
 ) -> Parts:
-    """Wire and start the coordinator's components over fakes: the metadata
-    watch runs (changes apply as in production); discovery, the supervisor,
-    history persistence and the registry's keepalive do not run on their own."""
+    """The store (its watch runs: changes apply as in production) and the
+    leader's duties, loaded but with none of their loops running."""
     etcd = etcd or FakeEtcd()
     kafka = kafka or FakeKafka()
     executor = ThreadPoolExecutor(config.kafka_threads)
-    metrics = Metrics()
-    history = History(etcd, prefix, config.history_size)  # type: ignore[arg-type]
-    store = MetadataStore(etcd, prefix, retry_s=0.01)  # type: ignore[arg-type]
-    queries = QueryStore(etcd, prefix)  # type: ignore[arg-type]
-    marks = ReadMarks(etcd, prefix)  # type: ignore[arg-type]
-    registry = AgentRegistry(etcd, prefix, config.reader_ttl_s)  # type: ignore[arg-type]
-    discovery = Discovery(config, executor, client_factory=kafka.factory)
-    operations = ClusterOperations(store, discovery, queries, history, metrics)
-    reconciler = Reconciler(store, discovery, registry, operations, history, metrics)
-    supervisor = Supervisor(store, discovery, operations, queries, history)
-    abandonments = Abandonments(queries, history, metrics)
-    translator = FailoverTranslator(discovery, marks)
-    entry = EntryOffsets(discovery, translator)
-    await store.start()
-    return Parts(
-        etcd,
-        kafka,
-        metrics,
-        history,
-        store,
-        queries,
-        marks,
-        registry,
-        discovery,
-        operations,
-        reconciler,
-        supervisor,
-        abandonments,
-        translator,
-        entry,
-        executor,
+    key = f"{prefix}/leader"
+    fence = Fence(key, await etcd.put(key, b"this test"))
+    fenced: list[int] = []
+    writer = FencedEtcd(etcd, lambda: fence, lambda: fenced.append(1))  # type: ignore[arg-type]
+    store = MetadataStore(writer, prefix, retry_s=0.01)
+    duties = LeaderDuties(
+        replace(config, etcd_prefix=prefix), store, writer, Metrics(), executor, kafka.factory
     )
+    await store.start()
+    await duties.load()
+    return Parts(etcd, kafka, store, duties, fence, fenced, executor)

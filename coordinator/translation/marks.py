@@ -13,7 +13,7 @@ import bisect
 import json
 import logging
 
-from coordinator.etcd import MALFORMED, Etcd
+from coordinator.etcd import MALFORMED, EtcdClient
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
 
@@ -25,7 +25,7 @@ MAX_MARKS = 256
 
 
 class ReadMarks:
-    def __init__(self, etcd: Etcd, prefix: str, *, flush_interval_s: float = 2.0) -> None:
+    def __init__(self, etcd: EtcdClient, prefix: str, *, flush_interval_s: float = 2.0) -> None:
         self._etcd = etcd
         self._prefix = f"{prefix}/marks/"
         self._flush_interval_s = flush_interval_s

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from rich.console import Console
@@ -17,6 +18,7 @@ from rich.table import Table
 from multikafka_core import env
 from multikafka_core.admin_client import AdminClient
 from multikafka_core.exceptions import MultikafkaError
+from multikafka_core.transport import ConnectConfig, read_pem
 from multikafka_core.v1 import admin_pb2
 from multikafka_core.validation import parse_duration_ms
 
@@ -37,11 +39,39 @@ class Ctx:
 
 
 def _dict(m: Message) -> dict[str, Any]:
-    d = MessageToDict(
-        m, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    d = _numbers(
+        m,
+        MessageToDict(
+            m, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        ),
     )
     if "document_json" in d:
         d["document"] = json.loads(d.pop("document_json"))
+    return d
+
+
+_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64}
+
+
+def _numbers(m: Message, d: dict[str, Any]) -> dict[str, Any]:
+    """64-bit integers as JSON numbers (protobuf's JSON form writes them as strings)."""
+    for f in m.DESCRIPTOR.fields:
+        if f.name not in d:
+            continue
+        value = getattr(m, f.name)
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            vf = f.message_type.fields_by_name["value"]
+            if vf.type in _INT64:
+                d[f.name] = {k: int(v) for k, v in d[f.name].items()}
+        elif f.type in _INT64:
+            d[f.name] = (
+                [int(v) for v in d[f.name]] if isinstance(d[f.name], list) else int(d[f.name])
+            )
+        elif f.message_type is not None:
+            if isinstance(d[f.name], list):
+                d[f.name] = [_numbers(v, x) for v, x in zip(value, d[f.name], strict=True)]
+            else:
+                d[f.name] = _numbers(value, d[f.name])
     return d
 
 
@@ -52,26 +82,47 @@ pass_ctx = click.make_pass_decorator(Ctx)
 @click.option(
     "--coordinator",
     default=None,
-    help=f"coordinator host:port [env {env.COORDINATOR}, default 127.0.0.1:7070]",
+    help=f"coordinator host:port, or several comma-separated (calls go to the leader) [env {env.COORDINATOR}, default 127.0.0.1:7070]",
 )
-@click.option("--token", default=None, help=f"admin bearer token [env {env.ADMIN_TOKEN}]")
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help=f"file holding the admin token [or env {env.ADMIN_TOKEN}, {env.ADMIN_TOKEN_FILE}]",
+)
 @click.option(
     "--tls-ca", default=None, help=f"CA of the coordinator's TLS certificate [env {env.TLS_CA}]"
 )
+@click.option("--tls-cert", default=None, help="client certificate (mutual TLS)")
+@click.option("--tls-key", default=None, help="its key")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 @click.pass_context
 def admin_group(
     ctx: click.Context,
     coordinator: str | None,
-    token: str | None,
+    token_file: str | None,
     tls_ca: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
     as_json: bool,
 ) -> None:
     """Manage streams and clusters on a running coordinator."""
-    address = coordinator or env.get(env.COORDINATOR, "127.0.0.1:7070")
-    client = AdminClient(
-        address, token=token or env.get(env.ADMIN_TOKEN), tls_ca=tls_ca or env.get(env.TLS_CA)
-    )
+
+    def connect() -> ConnectConfig:
+        token = (
+            env.read_secret(token_file, "--token-file")
+            if token_file
+            else env.secret(env.ADMIN_TOKEN, env.ADMIN_TOKEN_FILE)
+        )
+        return ConnectConfig.parse(
+            coordinator or env.get(env.COORDINATOR, "127.0.0.1:7070"),
+            tls_ca=read_pem(tls_ca or env.get(env.TLS_CA)),
+            cert=read_pem(tls_cert or ""),
+            key=read_pem(tls_key or ""),
+            token=token,
+        )
+
+    client = AdminClient(run(connect))
     ctx.call_on_close(client.close)
     ctx.obj = Ctx(client, as_json)
 
@@ -301,3 +352,30 @@ def queries_list(ctx: Ctx) -> None:
         console.print(table)
 
     ctx.emit(run(ctx.client.queries), render)
+
+
+@admin_group.command("status")
+@pass_ctx
+def status(ctx: Ctx) -> None:
+    """The role of the coordinator reached, the leader, etcd, and the replicas."""
+
+    def render(s: admin_pb2.StatusResponse) -> None:
+        console.print(
+            f"[bold]{s.address}[/bold] is the [bold]{s.role}[/bold]"
+            + (f"; the leader is {s.leader}" if s.role != "leader" and s.leader else "")
+            + ("; no leader elected" if not s.leader else "")
+        )
+        etcd = f"{', '.join(s.etcd.endpoints)} (talking to {s.etcd.connected}"
+        etcd += (
+            f", etcd {s.etcd.version})" if s.etcd.reachable else f": unreachable: {s.etcd.error})"
+        )
+        console.print(f"etcd: {etcd}; metadata generation {s.generation}")
+        table = Table(title="coordinator replicas")
+        for col in ("address", "role", "id", "up since"):
+            table.add_column(col)
+        for r in s.replicas:
+            since = time.strftime("%H:%M:%S", time.localtime(r.since_ms / 1000))
+            table.add_row(r.address, r.role, r.id, since)
+        console.print(table)
+
+    ctx.emit(run(ctx.client.status), render)

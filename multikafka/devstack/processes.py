@@ -19,7 +19,7 @@ from typing import IO
 
 from coordinator import Coordinator, CoordinatorConfig
 from multikafka_core.exceptions import UnavailableError
-from multikafka_core.retry import Backoff, retry
+from multikafka_core.retry import Backoff, poll, retry
 
 logger = logging.getLogger(__name__)
 
@@ -227,9 +227,16 @@ class CoordinatorThread:
         )
 
     def start(self, timeout_s: float = 60.0) -> CoordinatorThread:
+        """Start it, and wait until a leader is elected (this one, or
+        another replica on the same etcd prefix)."""
         self._thread.start()
-        self.coordinator = Coordinator(self.config)
-        self.call(self.coordinator.start(), timeout_s)
+        coordinator = self.coordinator = Coordinator(self.config)
+        self.call(coordinator.start(), timeout_s)
+        poll(
+            lambda: coordinator.is_leader or coordinator.leader_address,
+            timeout_s=timeout_s,
+            what=f"a leader elected for coordinator {coordinator.address}",
+        )
         return self
 
     def call(self, coro: object, timeout_s: float = 30.0) -> object:

@@ -94,6 +94,11 @@ class AdminStub:
                 request_serializer=multikafka_dot_v1_dot_admin__pb2.ListQueriesRequest.SerializeToString,
                 response_deserializer=multikafka_dot_v1_dot_admin__pb2.ListQueriesResponse.FromString,
                 _registered_method=True)
+        self.Status = channel.unary_unary(
+                '/multikafka.v1.Admin/Status',
+                request_serializer=multikafka_dot_v1_dot_admin__pb2.StatusRequest.SerializeToString,
+                response_deserializer=multikafka_dot_v1_dot_admin__pb2.StatusResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -175,6 +180,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Status(self, request, context):
+        """The replica's role, the leader, etcd, and the replicas it knows of.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -237,6 +249,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListQueries,
                     request_deserializer=multikafka_dot_v1_dot_admin__pb2.ListQueriesRequest.FromString,
                     response_serializer=multikafka_dot_v1_dot_admin__pb2.ListQueriesResponse.SerializeToString,
+            ),
+            'Status': grpc.unary_unary_rpc_method_handler(
+                    servicer.Status,
+                    request_deserializer=multikafka_dot_v1_dot_admin__pb2.StatusRequest.FromString,
+                    response_serializer=multikafka_dot_v1_dot_admin__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -563,6 +580,33 @@ class Admin:
             '/multikafka.v1.Admin/ListQueries',
             multikafka_dot_v1_dot_admin__pb2.ListQueriesRequest.SerializeToString,
             multikafka_dot_v1_dot_admin__pb2.ListQueriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Status(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multikafka.v1.Admin/Status',
+            multikafka_dot_v1_dot_admin__pb2.StatusRequest.SerializeToString,
+            multikafka_dot_v1_dot_admin__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

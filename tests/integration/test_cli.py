@@ -23,10 +23,12 @@ from tests.helpers import eventually, stream_doc, uid
 pytestmark = pytest.mark.integration
 
 
-def _admin(coordinator: CoordinatorThread, *args: str, token: str = "") -> tuple[int, str]:
+def _admin(
+    coordinator: CoordinatorThread, *args: str, token_file: Path | None = None
+) -> tuple[int, str]:
     argv = ["admin", "--coordinator", coordinator.address]
-    if token:
-        argv += ["--token", token]
+    if token_file is not None:
+        argv += ["--token-file", str(token_file)]
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:
@@ -146,13 +148,26 @@ def test_cluster_operations_and_failover(
         assert isinstance(json.loads(out), list)
 
 
-def test_cli_token(make_coordinator: object) -> None:
+def test_cli_token(make_coordinator: object, tmp_path: Path) -> None:
     coord = make_coordinator(admin_token="cli-t0ken")  # type: ignore[operator]
     code, out = _admin(coord, "streams", "list")
     assert code == 1
     assert "authorization" in out
-    code, _ = _admin(coord, "streams", "list", token="cli-t0ken")
+    good, wrong = tmp_path / "admin-token", tmp_path / "wrong-token"
+    good.write_text("cli-t0ken\n")  # a trailing newline, as `echo` writes it
+    wrong.write_text("not-it")
+    code, _ = _admin(coord, "streams", "list", token_file=good)
     assert code == 0
+    code, out = _admin(coord, "streams", "list", token_file=wrong)
+    assert code == 1
+    assert "not the admin token" in out
+    assert "not-it" not in out
+    # a token on the command line is not accepted any more (it shows in `ps`)
+    result = CliRunner().invoke(
+        main, ["admin", "--coordinator", coord.address, "--token", "cli-t0ken", "streams", "list"]
+    )
+    assert result.exit_code == 2
+    assert "No such option '--token'" in result.output
 
 
 def test_metrics_endpoint_reports_what_happened(

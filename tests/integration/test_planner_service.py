@@ -4,16 +4,17 @@ unreachable clusters, data loss."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from multikafka import DataLossError, ValidationError
+from multikafka import DataLossError, PreconditionError, ValidationError
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import SequenceProducer, create_topics, fence
 from multikafka_core.admin_client import AdminClient
 from multikafka_core.offsets import NO_SPLITS
 from multikafka_core.planner_client import PlannerClient
+from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
@@ -117,8 +118,10 @@ def test_budget_follows_backlog(
 
 
 def test_plan_is_balanced_and_carries_connections(
-    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+    make_coordinator: Callable[..., CoordinatorThread], kafka: KafkaClusters
 ) -> None:
+    coord = make_coordinator(reader_token="r3ader")
+    planner = PlannerClient(ConnectConfig.parse(coord.address, token="r3ader"), timeout_s=5)
     a, b = kafka.shared(2)
     topic = uid("plan")
     create_topics(a.bootstrap, {topic: 3})
@@ -126,22 +129,50 @@ def test_plan_is_balanced_and_carries_connections(
     name = uid("s")
     doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
     doc["clusters"]["a"]["properties"]["sasl.password"] = "pw"
-    admin.put_stream(doc)
+    with AdminClient(coord.address) as admin:
+        admin.put_stream(doc)
     start = {f"a/{topic}/0": 0, f"a/{topic}/1": 0, f"a/{topic}/2": 0, f"b/{topic}/0": 0}
     end = {f"a/{topic}/0": 900, f"a/{topic}/1": 100, f"a/{topic}/2": 50, f"b/{topic}/0": 2000}
-    plan = planner.plan(name, "q", start, end, min_partitions=4, max_records_per_partition=1000)
-    loads = [sum(r.until_offset - r.from_offset for r in t.ranges) for t in plan.tasks]
-    # Four tasks (3050 records, at most 1000 each) within one record of each other.
-    assert sorted(loads) == [762, 762, 763, 763]
-    conns = {c.cluster: c for c in plan.clusters}
-    assert conns["a"].properties["sasl.password"] == "pw"  # executors need the real value
-    assert conns["a"].fingerprint
-    assert conns["a"].fingerprint != conns["b"].fingerprint
-    # A split entering the vector has nothing to read in that batch.
-    only_new = planner.plan(
-        name, "q", {}, {f"a/{topic}/0": 5}, min_partitions=1, max_records_per_partition=1000
-    )
-    assert list(only_new.tasks) == []
+    try:
+        plan = planner.plan(name, "q", start, end, min_partitions=4, max_records_per_partition=1000)
+        loads = [sum(r.until_offset - r.from_offset for r in t.ranges) for t in plan.tasks]
+        # Four tasks (3050 records, at most 1000 each) within one record of each other.
+        assert sorted(loads) == [762, 762, 763, 763]
+        conns = {c.cluster: c for c in plan.clusters}
+        # executors need the real value; only an authenticated reader gets it
+        assert conns["a"].properties["sasl.password"] == "pw"
+        assert conns["a"].fingerprint
+        assert conns["a"].fingerprint != conns["b"].fingerprint
+        # A split entering the vector has nothing to read in that batch.
+        only_new = planner.plan(
+            name, "q", {}, {f"a/{topic}/0": 5}, min_partitions=1, max_records_per_partition=1000
+        )
+        assert list(only_new.tasks) == []
+    finally:
+        planner.close()
+
+
+def test_secrets_are_not_handed_out_without_reader_authentication(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    """The session coordinator has no reader token and no client CA: a plan
+    that would carry a secret property is refused, saying what to configure;
+    one without secrets is served."""
+    (a,) = kafka.shared(1)
+    topic = uid("open")
+    create_topics(a.bootstrap, {topic: 1})
+    secret, plain = uid("s"), uid("s")
+    doc = stream_doc(secret, {"a": (a.bootstrap, [topic])})
+    doc["clusters"]["a"]["properties"]["sasl.password"] = "pw-123"
+    admin.put_stream(doc)
+    admin.put_stream(stream_doc(plain, {"a": (a.bootstrap, [topic])}))
+    vector = ({f"a/{topic}/0": 0}, {f"a/{topic}/0": 10})
+    with pytest.raises(PreconditionError) as info:
+        planner.plan(secret, "q", *vector, min_partitions=1, max_records_per_partition=1000)
+    assert "--reader-token-file" in str(info.value)
+    assert "pw-123" not in str(info.value)
+    plan = planner.plan(plain, "q", *vector, min_partitions=1, max_records_per_partition=1000)
+    assert [c.cluster for c in plan.clusters] == ["a"]
 
 
 def test_unreachable_cluster_gets_no_new_range_and_resumes(

@@ -85,7 +85,7 @@ def test_agents_register_subscribe_and_apply_every_change(
     eventually(lambda: ids <= {r.agent_id for r in admin.readers() if r.subscribed})
     coord = coordinator.coordinator
     assert coord is not None
-    measured_before = len(coord.reconciler.latencies)
+    measured_before = len(coord.leading().reconciler.latencies)
     name = uid("reconcile")
     info = admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [uid("t")])}))
     eventually(lambda: all(x.applied_generation >= info.generation for x in trio))
@@ -100,7 +100,7 @@ def test_agents_register_subscribe_and_apply_every_change(
         )
     )
     assert all(readers[i].pid == os.getpid() for i in ids)
-    assert len(coord.reconciler.latencies) > measured_before
+    assert len(coord.leading().reconciler.latencies) > measured_before
 
 
 def test_only_the_changed_subreader_restarts(
@@ -232,13 +232,13 @@ def test_add_remove_cycles_leave_nothing_behind(
     for _ in range(3):  # warm up thread pools and channels
         cycle()
     threads, fds, consumers = _os_threads(), _open_fds(), _consumers()
-    clients = coord.discovery.client_count()
+    clients = coord.leading().discovery.client_count()
     for _ in range(100):
         cycle()
     eventually(lambda: _os_threads() <= threads, timeout_s=10)
     assert _open_fds() <= fds
     assert _consumers() == consumers
-    assert coord.discovery.client_count() == clients
+    assert coord.leading().discovery.client_count() == clients
     assert [k for k in agent.tracked() if k[0] == name] == [(name, "a")]
     names = {f"{s.stream}/{s.cluster}" for s in agent.stats()[1]}
     assert f"{name}/extra" not in names

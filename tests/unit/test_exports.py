@@ -30,7 +30,7 @@ PUBLIC = {
         "parse_stream",
         "parse_stream_json",
     ],
-    "coordinator": ["Coordinator", "CoordinatorConfig", "EtcdEndpoint", "TlsFiles"],
+    "coordinator": ["Coordinator", "CoordinatorConfig", "EtcdConfig", "EtcdEndpoint", "TlsFiles"],
     # sorted as ruff sorts __all__ (constants, classes, functions)
     "reader_agent": [
         "SCHEMA",

@@ -1,4 +1,4 @@
-"""Cluster operations (``coordinator/operations.py``) over the fake etcd and
+"""Cluster operations (``coordinator/lifecycle.py``, the operations an admin asks for) over the fake etcd and
 Kafka: drain captures every split's end offset into the status before the
 document turns DRAINING; fail, activate and failover change states and record
 history and metrics; activating a FAILED cluster waits until no running query
@@ -68,7 +68,7 @@ async def test_drain_captures_every_split_end_offset_before_marking_draining(
 ) -> None:
     await parts.put(two_clusters())
 
-    view = await parts.operations.drain("s", "a")
+    view = await parts.lifecycle.drain("s", "a")
 
     assert view.spec.clusters["a"].state is ClusterState.DRAINING
     assert view.spec.clusters["b"].state is ClusterState.ACTIVE
@@ -94,11 +94,11 @@ async def test_drain_captures_every_split_end_offset_before_marking_draining(
 
 async def test_draining_again_is_a_no_op_returning_the_same_view(parts: Parts) -> None:
     await parts.put(two_clusters())
-    first = await parts.operations.drain("s", "a")
+    first = await parts.lifecycle.drain("s", "a")
     puts = parts.etcd.puts
     parts.kafka.cluster("h:1").latest[("t", 0)] = 50  # new records must not move the drain end
 
-    again = await parts.operations.drain("s", "a")
+    again = await parts.lifecycle.drain("s", "a")
 
     assert again == first
     assert parts.etcd.puts == puts
@@ -113,7 +113,7 @@ async def test_drain_refuses_a_cluster_that_is_not_active(parts: Parts, refused:
     before = parts.store.get("s")
 
     with pytest.raises(PreconditionError, match=f"cluster 'a' is {refused}"):
-        await parts.operations.drain("s", "a")
+        await parts.lifecycle.drain("s", "a")
 
     assert parts.store.get("s") == before
     assert "drain" not in kinds(parts)
@@ -128,7 +128,7 @@ async def test_drain_refuses_an_unreachable_cluster_and_points_to_failover(
     parts.kafka.cluster("h:1").down = True
 
     with pytest.raises(PreconditionError, match="unreachable") as info:
-        await parts.operations.drain("s", "a")
+        await parts.lifecycle.drain("s", "a")
 
     assert "use failover" in str(info.value)
     assert parts.store.get("s") == before
@@ -139,7 +139,7 @@ async def test_drain_refuses_an_unreachable_cluster_and_points_to_failover(
 
 async def test_operations_on_an_unknown_stream_or_cluster_are_not_found(parts: Parts) -> None:
     await parts.put(two_clusters())
-    ops = parts.operations
+    ops = parts.lifecycle
 
     with pytest.raises(NotFoundError, match="nope"):
         await ops.drain("nope", "a")
@@ -161,7 +161,7 @@ async def test_operations_on_an_unknown_stream_or_cluster_are_not_found(parts: P
 async def test_fail_marks_failed_and_records_the_reason(parts: Parts) -> None:
     await parts.put(two_clusters())
 
-    view = await parts.operations.fail("s", "a", "disk on fire")
+    view = await parts.lifecycle.fail("s", "a", "disk on fire")
 
     assert view.spec.clusters["a"].state is ClusterState.FAILED
     assert view.spec.clusters["b"].state is ClusterState.ACTIVE
@@ -177,7 +177,7 @@ async def test_fail_marks_failed_and_records_the_reason(parts: Parts) -> None:
 async def test_fail_without_a_reason_says_the_admin_did_it(parts: Parts) -> None:
     await parts.put(two_clusters())
 
-    await parts.operations.fail("s", "b")
+    await parts.lifecycle.fail("s", "b")
 
     [entry] = [e for e in parts.history.entries("s") if e.kind == "fail"]
     assert (entry.cluster, entry.detail) == ("b", "marked FAILED by admin")
@@ -187,10 +187,10 @@ async def test_activate_marks_a_draining_cluster_active_and_keeps_other_drains(
     parts: Parts,
 ) -> None:
     await parts.put(two_clusters())
-    await parts.operations.drain("s", "a")
-    await parts.operations.drain("s", "b")
+    await parts.lifecycle.drain("s", "a")
+    await parts.lifecycle.drain("s", "b")
 
-    view = await parts.operations.activate("s", "a")
+    view = await parts.lifecycle.activate("s", "a")
     await parts.settle()
 
     assert view.spec.clusters["a"].state is ClusterState.ACTIVE
@@ -203,7 +203,7 @@ async def test_activate_marks_a_draining_cluster_active_and_keeps_other_drains(
 async def test_activate_standby(parts: Parts) -> None:
     await parts.put(two_clusters(b="STANDBY"))
 
-    view = await parts.operations.activate("s", "b")
+    view = await parts.lifecycle.activate("s", "b")
 
     assert view.spec.clusters["b"].state is ClusterState.ACTIVE
     assert kinds(parts) == ["activate"]
@@ -215,16 +215,16 @@ async def test_activating_a_failed_cluster_waits_until_no_running_query_holds_it
     await parts.put(two_clusters(b="STANDBY"))
     await parts.queries.commit("q1", "s", {"a/t/0": 3, "a/t/1": 7})
     await parts.queries.commit("q2", "s", {"b/t/0": 1})  # holds none of a's splits
-    await parts.operations.failover("s", "a", "b")
+    await parts.lifecycle.failover("s", "a", "b")
 
     with pytest.raises(PreconditionError, match="queries q1 still hold splits of 'a'"):
-        await parts.operations.activate("s", "a")
+        await parts.lifecycle.activate("s", "a")
     assert state(parts, "a") is ClusterState.FAILED
     assert "activate" not in kinds(parts)
 
     # q1's next batch retired a's splits: a may come back.
     await parts.queries.commit("q1", "s", {"b/t/0": 2})
-    view = await parts.operations.activate("s", "a")
+    view = await parts.lifecycle.activate("s", "a")
 
     assert view.spec.clusters["a"].state is ClusterState.ACTIVE
     assert kinds(parts)[-1] == "activate"
@@ -236,9 +236,9 @@ async def test_a_query_that_stopped_running_does_not_block_activation(parts: Par
     progress = parts.queries.get("old")
     assert progress is not None
     progress.updated_ms = int((time.time() - 2 * 3600) * 1000)  # last commit two hours ago
-    await parts.operations.fail("s", "a")
+    await parts.lifecycle.fail("s", "a")
 
-    view = await parts.operations.activate("s", "a")
+    view = await parts.lifecycle.activate("s", "a")
 
     assert view.spec.clusters["a"].state is ClusterState.ACTIVE
 
@@ -250,7 +250,7 @@ async def test_failover_records_the_decision_and_swaps_states(parts: Parts) -> N
     await parts.put(two_clusters(b="STANDBY"))
     before_ms = int(time.time() * 1000)
 
-    view = await parts.operations.failover(
+    view = await parts.lifecycle.failover(
         "s",
         "a",
         "b",
@@ -282,7 +282,7 @@ async def test_failover_records_the_decision_and_swaps_states(parts: Parts) -> N
 async def test_failover_defaults_to_timestamp_with_a_30s_margin(parts: Parts) -> None:
     await parts.put(two_clusters(b="STANDBY"))
 
-    view = await parts.operations.failover("s", "a", "b")
+    view = await parts.lifecycle.failover("s", "a", "b")
 
     [record] = view.status.failovers
     assert (record.strategy, record.margin_ms, record.reason, record.automatic) == (
@@ -295,9 +295,9 @@ async def test_failover_defaults_to_timestamp_with_a_30s_margin(parts: Parts) ->
 
 async def test_failover_into_a_draining_cluster_makes_it_active(parts: Parts) -> None:
     await parts.put(two_clusters())
-    await parts.operations.drain("s", "b")
+    await parts.lifecycle.drain("s", "b")
 
-    view = await parts.operations.failover("s", "a", "b")
+    view = await parts.lifecycle.failover("s", "a", "b")
     await parts.settle()
 
     assert view.spec.clusters["b"].state is ClusterState.ACTIVE
@@ -307,10 +307,10 @@ async def test_failover_into_a_draining_cluster_makes_it_active(parts: Parts) ->
 
 async def test_repeating_a_failover_is_a_no_op(parts: Parts) -> None:
     await parts.put(two_clusters(b="STANDBY"))
-    first = await parts.operations.failover("s", "a", "b", reason="once")
+    first = await parts.lifecycle.failover("s", "a", "b", reason="once")
     puts = parts.etcd.puts
 
-    again = await parts.operations.failover("s", "a", "b", reason="twice")
+    again = await parts.lifecycle.failover("s", "a", "b", reason="twice")
 
     assert again == first
     assert parts.etcd.puts == puts
@@ -324,7 +324,7 @@ async def test_repeating_a_failover_is_a_no_op(parts: Parts) -> None:
 async def test_automatic_failover_is_recorded_and_counted_as_automatic(parts: Parts) -> None:
     await parts.put(two_clusters(b="STANDBY"))
 
-    view = await parts.operations.failover("s", "a", "b", reason="down", automatic=True)
+    view = await parts.lifecycle.failover("s", "a", "b", reason="down", automatic=True)
 
     [record] = view.status.failovers
     assert record.automatic is True
@@ -337,7 +337,7 @@ async def test_automatic_failover_is_recorded_and_counted_as_automatic(parts: Pa
 async def test_failover_refuses_invalid_requests(parts: Parts) -> None:
     await parts.put(two_clusters(b="STANDBY"))
     before = parts.store.get("s")
-    ops = parts.operations
+    ops = parts.lifecycle
 
     with pytest.raises(ValidationError, match="to_cluster"):
         await ops.failover("s", "a", "a")
@@ -353,7 +353,7 @@ async def test_failover_refuses_invalid_requests(parts: Parts) -> None:
 async def test_a_zero_margin_is_allowed(parts: Parts) -> None:
     await parts.put(two_clusters(b="STANDBY"))
 
-    view = await parts.operations.failover("s", "a", "b", margin_ms=0)
+    view = await parts.lifecycle.failover("s", "a", "b", margin_ms=0)
 
     assert view.status.failovers[0].margin_ms == 0
 
@@ -381,7 +381,7 @@ async def test_an_operation_on_a_stale_document_conflicts_and_keeps_the_newer_on
     parts: Parts, operation: str
 ) -> None:
     await parts.put(two_clusters(b="STANDBY"))
-    ops = parts.operations
+    ops = parts.lifecycle
     newer = await _change_behind_the_coordinators_back(parts)
     key = parts.store.streams_prefix + "s"
 
@@ -419,12 +419,12 @@ async def test_a_second_outage_fails_over_again_after_the_cluster_came_back(
     (activate), b was parked as STANDBY again, then a failed again; the
     second failover must act (it used to be taken for the first one)."""
     await parts.put(two_clusters(b="STANDBY"))
-    await parts.operations.failover("s", "a", "b", reason="first outage")
-    await parts.operations.activate("s", "a")
+    await parts.lifecycle.failover("s", "a", "b", reason="first outage")
+    await parts.lifecycle.activate("s", "a")
     await parts.put(two_clusters(b="STANDBY"))  # b back to standby duty
-    await parts.operations.fail("s", "a", "second outage")
+    await parts.lifecycle.fail("s", "a", "second outage")
 
-    view = await parts.operations.failover("s", "a", "b", reason="second outage")
+    view = await parts.lifecycle.failover("s", "a", "b", reason="second outage")
 
     assert view.spec.clusters["b"].state is ClusterState.ACTIVE
     assert [r.reason for r in view.status.failovers] == ["first outage", "second outage"]
@@ -440,14 +440,14 @@ async def test_a_drain_that_loses_a_race_writes_no_offsets(
     await parts.put(two_clusters(b="STANDBY"))
     await _change_behind_the_coordinators_back(parts)
     with pytest.raises(ConflictError):
-        await parts.operations.drain("s", "a")  # offsets at 5 and 7
+        await parts.lifecycle.drain("s", "a")  # offsets at 5 and 7
     parts.etcd.release_watches()
     await parts.store.wait_applied(parts.etcd.revision)
     parts.kafka.cluster("h:1").latest = {("t", 0): 50, ("t", 1): 70}  # producers go on
 
     await parts.put(two_clusters(a="DRAINING", b="STANDBY"))
     await parts.settle()
-    await parts.supervisor.check(parts.store.get("s"))
+    await parts.lifecycle.check(parts.store.get("s"))
 
     assert dict(parts.store.get("s").status.drains) == {"a": {"a/t/0": 50, "a/t/1": 70}}
 
@@ -460,9 +460,9 @@ async def test_activate_drops_the_drain_offsets_for_good(
     used to see the new status with the old document (a DRAINING, no
     offsets), start a drain, and write the old offsets back."""
     await parts.put(two_clusters())
-    await parts.operations.drain("s", "a")
+    await parts.lifecycle.drain("s", "a")
 
-    await parts.operations.activate("s", "a")
+    await parts.lifecycle.activate("s", "a")
     await parts.settle()
 
     view = parts.store.get("s")
@@ -476,9 +476,9 @@ async def test_failover_clears_the_drain_of_its_target_for_good(
     """As with activate: the reconciler never sees b's drain offsets gone
     while b is still DRAINING, so it does not capture them again."""
     await parts.put(two_clusters())
-    await parts.operations.drain("s", "b")
+    await parts.lifecycle.drain("s", "b")
 
-    await parts.operations.failover("s", "a", "b")
+    await parts.lifecycle.failover("s", "a", "b")
     await parts.settle()
 
     view = parts.store.get("s")

@@ -1,4 +1,4 @@
-"""The supervisor (``coordinator/supervisor.py``) over the fake etcd and
+"""The supervisor (``coordinator/lifecycle.py``, its own checks) over the fake etcd and
 Kafka, one ``check`` at a time: automatic failover once the ACTIVE cluster has
 been unreachable for the stream's window (and not before, not without a
 STANDBY standby, not without ``auto_failover``); drain offsets captured once a
@@ -61,7 +61,7 @@ def kinds(parts: Parts, stream: str = "s") -> list[str]:
 
 
 async def check(parts: Parts, stream: str = "s") -> None:
-    await parts.supervisor.check(parts.store.get(stream))
+    await parts.lifecycle.check(parts.store.get(stream))
 
 
 # -- automatic failover ----------------------------------------------------------------
@@ -204,7 +204,7 @@ async def test_drain_complete_is_recorded_once_every_running_query_retired_the_s
     parts: Parts,
 ) -> None:
     await parts.put(doc())
-    await parts.operations.drain("s", "a")
+    await parts.lifecycle.drain("s", "a")
     q = parts.queries
 
     await check(parts)  # no running query: nothing to say yet
@@ -236,7 +236,7 @@ async def test_a_query_that_stopped_running_does_not_hold_up_drain_complete(
     parts: Parts,
 ) -> None:
     await parts.put(doc())
-    await parts.operations.drain("s", "a")
+    await parts.lifecycle.drain("s", "a")
     await parts.queries.commit("gone", "s", {"a/t/0": 2})
     gone = parts.queries.get("gone")
     assert gone is not None
@@ -265,7 +265,7 @@ async def test_check_all_goes_on_after_one_streams_check_fails(parts: Parts) -> 
     down_for(parts, "a", 120.0, stream="s2")
     assert [v.name for v in parts.store.views()] == ["s1", "s2"]
 
-    await parts.supervisor.check_all()
+    await parts.lifecycle.check_all()
 
     s2 = parts.store.get("s2")
     assert s2.spec.clusters["a"].state is ClusterState.FAILED
@@ -281,7 +281,7 @@ async def test_drain_complete_is_not_recorded_again_after_an_unrelated_document_
     runs (here: topic u added to cluster b) does not record ``drain-complete``
     again (it used to, keyed on the document's revision)."""
     await parts.put(doc())
-    await parts.operations.drain("s", "a")
+    await parts.lifecycle.drain("s", "a")
     await parts.queries.commit("q1", "s", {"b/t/0": 1})
     await check(parts)
     assert kinds(parts).count("drain-complete") == 1

@@ -71,7 +71,7 @@ async def failed_over(
     await parts.put(
         stream_doc("s", {"a": (A, ["t"]), "b": (B, ["t"])}, states={"b": "STANDBY"}, **doc_extra)
     )
-    await parts.operations.failover("s", "a", "b", strategy=strategy, margin_ms=margin_ms)
+    await parts.lifecycle.failover("s", "a", "b", strategy=strategy, margin_ms=margin_ms)
     record = parts.store.get("s").status.failover_into("b")
     assert record is not None
     return record
@@ -88,7 +88,7 @@ async def test_record_for_is_the_failover_into_the_cluster_while_its_source_is_f
     start = {"a/t/0": 4}
     assert parts.translator.record_for(parts.store.get("s"), "b", start) is None  # no failover yet
 
-    await parts.operations.failover(
+    await parts.lifecycle.failover(
         "s", "a", "b", strategy=FailoverStrategy.IDENTITY, margin_ms=1234
     )
     view = parts.store.get("s")
@@ -104,7 +104,7 @@ async def test_record_for_is_the_failover_into_the_cluster_while_its_source_is_f
     assert parts.translator.record_for(view, "a", start) is None
 
     # the source comes back: the record no longer translates
-    await parts.operations.activate("s", "a")
+    await parts.lifecycle.activate("s", "a")
     view = parts.store.get("s")
     assert view.spec.clusters["a"].state is ClusterState.ACTIVE
     assert view.status.failover_into("b") == record  # still recorded...
@@ -119,8 +119,8 @@ async def test_record_for_takes_the_latest_failover_into_the_cluster(parts: Part
             states={"b": "STANDBY"},
         )
     )
-    await parts.operations.failover("s", "a", "b", margin_ms=1000)
-    await parts.operations.failover("s", "c", "b", margin_ms=2000)
+    await parts.lifecycle.failover("s", "a", "b", margin_ms=1000)
+    await parts.lifecycle.failover("s", "c", "b", margin_ms=2000)
     view = parts.store.get("s")
     assert [(r.from_cluster, r.to_cluster) for r in view.status.failovers] == [
         ("a", "b"),
@@ -318,7 +318,7 @@ async def test_resolve_translates_a_failover_target_and_starts_a_plain_cluster_i
             states={"b": "STANDBY"},
         )
     )
-    await parts.operations.failover("s", "a", "b", margin_ms=1000)
+    await parts.lifecycle.failover("s", "a", "b", margin_ms=1000)
     parts.marks.add("s", "a/t/0", 5, 7000)
     view = parts.store.get("s")
     start = {"a/t/0": 6, "a/t/1": 0}
