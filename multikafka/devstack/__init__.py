@@ -6,7 +6,9 @@ Used by ``multikafka dev up``, ``make demo`` and the integration tests.
 """
 
 from multikafka.devstack.processes import (
+    CoordinatorProcess,
     CoordinatorThread,
+    EtcdCluster,
     EtcdServer,
     ManagedProcess,
     TansuBroker,
@@ -15,7 +17,9 @@ from multikafka.devstack.processes import (
 )
 
 __all__ = [
+    "CoordinatorProcess",
     "CoordinatorThread",
+    "EtcdCluster",
     "EtcdServer",
     "ManagedProcess",
     "TansuBroker",

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
@@ -131,32 +133,48 @@ def _bin(name: str) -> str:
 
 
 class EtcdServer:
-    """A single-member etcd on loopback with its own data directory."""
+    """One etcd member on loopback with its own data directory: a cluster of
+    its own, or a member of an :class:`EtcdCluster`. With ``tls`` (PEM files
+    cert, key, CA) it serves clients over TLS and requires client certificates."""
 
-    def __init__(self, work_dir: Path, *, port: int = 0, name: str = "etcd") -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        *,
+        port: int = 0,
+        name: str = "etcd",
+        peer_port: int = 0,
+        initial_cluster: str = "",
+        tls: tuple[str, str, str] | None = None,
+    ) -> None:
         self.work_dir = work_dir
+        self.name = name
         self.port = port or free_port()
-        self.peer_port = free_port()
+        self.peer_port = peer_port or free_port()
         self.data_dir = work_dir / f"{name}-data"
-        self.process = ManagedProcess(
-            name,
-            [
-                _bin("etcd"),
-                "--name", name,
-                "--data-dir", str(self.data_dir),
-                "--listen-client-urls", f"http://127.0.0.1:{self.port}",
-                "--advertise-client-urls", f"http://127.0.0.1:{self.port}",
-                "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-                "--initial-cluster", f"{name}=http://127.0.0.1:{self.peer_port}",
-                "--log-level", "warn",
-            ],
-            work_dir,
-        )  # fmt: skip
+        self.scheme = "https" if tls else "http"
+        client = f"{self.scheme}://127.0.0.1:{self.port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        argv = [
+            _bin("etcd"),
+            "--name", name,
+            "--data-dir", str(self.data_dir),
+            "--listen-client-urls", client,
+            "--advertise-client-urls", client,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", initial_cluster or f"{name}={peer}",
+            "--log-level", "warn",
+        ]  # fmt: skip
+        if tls is not None:
+            cert, key, ca = tls
+            argv += ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca]
+            argv += ["--client-cert-auth"]
+        self.process = ManagedProcess(name, argv, work_dir)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self) -> EtcdServer:
         self.process.start()
@@ -173,6 +191,35 @@ class EtcdServer:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+class EtcdCluster:
+    """``size`` etcd members on loopback forming one cluster (raft quorum:
+    it stays available with one member down out of three)."""
+
+    def __init__(self, work_dir: Path, size: int = 3, *, name: str = "etcd") -> None:
+        peers = [free_port() for _ in range(size)]
+        initial = ",".join(f"{name}{i}=http://127.0.0.1:{p}" for i, p in enumerate(peers))
+        self.members = [
+            EtcdServer(work_dir, name=f"{name}{i}", peer_port=p, initial_cluster=initial)
+            for i, p in enumerate(peers)
+        ]
+
+    @property
+    def urls(self) -> str:
+        """Every member's client URL, comma-separated (what --etcd takes)."""
+        return ",".join(m.url for m in self.members)
+
+    def start(self) -> EtcdCluster:
+        for m in self.members:  # all must start before any can elect a raft leader
+            m.process.start()
+        for m in self.members:
+            wait_for_port(m.port)
+        return self
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
 
 
 class TansuBroker:
@@ -263,3 +310,97 @@ class CoordinatorThread:
 
 def temp_work_dir(prefix: str = "multikafka-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+class CoordinatorProcess:
+    """``multikafka coordinator`` as a process of its own: a replica that can
+    be killed (``kill -9``), frozen (SIGSTOP) or stopped (SIGTERM: it resigns
+    leadership first) like a real one. Its HTTP listener answers ``/readyz``,
+    ``/leader`` and ``/metrics``."""
+
+    def __init__(
+        self,
+        work_dir: Path,
+        name: str,
+        *,
+        etcd: str,
+        prefix: str,
+        port: int = 0,
+        lease_ttl_s: float = 5.0,
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.port = port or free_port()
+        self.http_port = free_port()
+        self._argv = [
+            _bin("multikafka"),
+            "--log-level", "INFO",
+            "coordinator",
+            "--etcd", etcd,
+            "--prefix", prefix,
+            "--listen", f"127.0.0.1:{self.port}",
+            "--metrics-listen", f"127.0.0.1:{self.http_port}",
+            "--lease-ttl", str(lease_ttl_s),
+            *args,
+        ]  # fmt: skip
+        self._work_dir = work_dir
+        self._env = env
+        self.process = ManagedProcess(name, self._argv, work_dir, env)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> CoordinatorProcess:
+        """Start it (again, on the same ports) and wait until it can serve."""
+        if self.process.alive():
+            raise RuntimeError(f"{self.name} is running")
+        self.process = ManagedProcess(self.name, self._argv, self._work_dir, self._env)
+        self.process.start()
+        try:
+            poll(
+                lambda: self.http("/readyz")[0] == 200,
+                timeout_s=timeout_s,
+                what=f"coordinator {self.name} ready",
+                interval_s=0.1,
+            )
+        except TimeoutError:
+            raise UnavailableError(
+                f"coordinator {self.name} did not get ready:\n{self.process.tail()}"
+            ) from None
+        return self
+
+    def http(self, path: str) -> tuple[int, str]:
+        """GET ``path`` on its HTTP listener: (status, body); (0, "") when down."""
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.http_port}{path}", timeout=2
+            ) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode()
+        except OSError:
+            return 0, ""
+
+    def is_leader(self) -> bool:
+        return self.http("/leader")[0] == 200
+
+    def metric(self, name: str) -> float:
+        """The value of an unlabelled metric (0 when absent)."""
+        for line in self.http("/metrics")[1].splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+        return 0.0
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def pause(self) -> None:
+        self.process.pause()
+
+    def resume(self) -> None:
+        self.process.resume()

@@ -1,0 +1,113 @@
+"""Leader takeover: how long a coordinator service is without a leader when
+its leader dies (``kill -9``) or is stopped (SIGTERM: it resigns first).
+
+    python -m benchmarks.takeover [--rounds 6] [--ttl 5] [--out docs]
+
+Two replicas (``multikafka coordinator`` processes) on one local etcd. Each
+round kills (or stops) the leader and measures, by polling each replica's
+``/leader`` every 10 ms, the time until the other one leads; then the
+stopped replica starts again as a standby. The bound to meet after a kill:
+the lease TTL + 2 s.
+
+Writes ``benchmarks/out/takeover.json`` and ``<out>/img/takeover.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import console, finish, machine, progress_bar, summary, wait_until
+from multikafka.devstack import CoordinatorProcess, EtcdServer
+
+
+def takeover(replicas: list[CoordinatorProcess], how: str) -> float:
+    """Kill or stop the leader; seconds until another replica leads."""
+    (leader,) = [r for r in replicas if r.is_leader()]
+    others = [r for r in replicas if r is not leader]
+    started = time.monotonic()
+    if how == "kill -9":
+        leader.kill()
+    else:
+        leader.stop()
+    while not any(r.is_leader() for r in others):
+        if time.monotonic() - started > 60:
+            raise TimeoutError("no takeover within 60 s")
+        time.sleep(0.01)
+    elapsed = time.monotonic() - started
+    leader.start()
+    return elapsed
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    hows = list(result["rounds"])
+    ax.boxplot([result["rounds"][h] for h in hows], tick_labels=hows, orientation="horizontal")
+    for i, h in enumerate(hows, start=1):
+        ys = result["rounds"][h]
+        ax.scatter(ys, [i] * len(ys), s=12, color="black", zorder=3)
+    ax.axvline(result["config"]["ttl_s"] + 2, color="red", linestyle="--", label="bound: TTL + 2 s")
+    ax.set_xlabel("seconds without a leader")
+    ax.set_title(f"leader takeover, lease TTL {result['config']['ttl_s']} s")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--ttl", type=float, default=5.0, help="lease TTL (s)")
+    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="multikafka-takeover-"))
+    etcd = EtcdServer(work).start()
+    replicas = [
+        CoordinatorProcess(work, f"c{i}", etcd=etcd.url, prefix="/takeover", lease_ttl_s=args.ttl)
+        for i in range(2)
+    ]
+    rounds: dict[str, list[float]] = {"kill -9": [], "SIGTERM": []}
+    try:
+        for r in replicas:
+            r.start()
+        wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, "a leader")
+        with progress_bar() as progress:
+            for how in rounds:
+                task = progress.add_task(how, total=args.rounds, note="")
+                for _ in range(args.rounds):
+                    wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, "a leader")
+                    rounds[how].append(takeover(replicas, how))
+                    progress.update(task, advance=1, note=f"last {rounds[how][-1]:.2f} s")
+    finally:
+        for r in replicas:
+            r.stop()
+        etcd.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "benchmark": "takeover",
+        "machine": machine(),
+        "config": {"ttl_s": args.ttl, "rounds": args.rounds, "replicas": len(replicas)},
+        "rounds": rounds,
+        "summary": {how: summary(values) for how, values in rounds.items()},
+    }
+    for how, s in result["summary"].items():
+        console.print(
+            f"{how:>8}: median {s['median']:.2f} s \\[min {s['min']:.2f} - max {s['max']:.2f}] "
+            f"over {s['n']} rounds (bound after a kill: {args.ttl + 2:.1f} s)"
+        )
+    paths = finish("takeover", result, args.out, plot)
+    console.print(f"wrote {paths[0]} and {paths[1]}")
+
+
+if __name__ == "__main__":
+    main()
