@@ -1,0 +1,186 @@
+"""Two coordinator replicas on one etcd prefix: what each says about
+leadership (admin status, metrics, gRPC health), what a standby answers
+(read-only calls; everything else UNAVAILABLE naming the leader), and clients
+given only the standby's address following it to the leader. Also: a
+coordinator that cannot reach etcd at start says so in one line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+from click.testing import CliRunner
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from multikafka.cli import main
+from multikafka.devstack import CoordinatorThread, free_port
+from multikafka.devstack.feed import create_topics
+from multikafka_core.admin_client import AdminClient
+from multikafka_core.grpc_codes import LEADER_KEY
+from multikafka_core.planner_client import PlannerClient
+from multikafka_core.v1 import admin_pb2, admin_pb2_grpc, planner_pb2
+from tests.conftest import KafkaClusters
+from tests.helpers import eventually, stream_doc, uid
+
+pytestmark = pytest.mark.integration
+
+Make = Callable[..., CoordinatorThread]
+
+
+@pytest.fixture
+def pair(make_coordinator: Make) -> tuple[CoordinatorThread, CoordinatorThread]:
+    """(leader, standby) on one prefix."""
+    prefix = f"/lead-{uid('p')}"
+    first = make_coordinator(etcd_prefix=prefix)
+    second = make_coordinator(etcd_prefix=prefix)
+    assert first.coordinator is not None
+    assert second.coordinator is not None
+    if first.coordinator.is_leader:
+        return first, second
+    return second, first
+
+
+def admin_json(address: str, *args: str) -> dict[str, object]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        result = CliRunner().invoke(main, ["admin", "--coordinator", address, *args])
+    finally:
+        root.handlers[:], root.level = handlers, level
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_status_tells_each_replicas_role_the_leader_etcd_and_the_others(
+    pair: tuple[CoordinatorThread, CoordinatorThread],
+) -> None:
+    leader, standby = pair
+    on_leader = admin_json(leader.address, "--json", "status")
+    on_standby = admin_json(standby.address, "--json", "status")
+    assert on_leader["role"] == "leader"
+    assert on_standby["role"] == "standby"
+    assert on_leader["leader"] == on_standby["leader"] == leader.address
+    assert on_standby["address"] == standby.address
+    etcd = on_standby["etcd"]
+    assert isinstance(etcd, dict)
+    assert etcd["reachable"] is True
+    assert etcd["endpoints"] == [str(e) for e in standby.config.etcd.endpoints]
+    assert isinstance(on_leader["generation"], int)
+    assert on_leader["elections"] == 1
+    replicas = {r["address"]: r["role"] for r in on_standby["replicas"]}  # type: ignore[union-attr]
+    assert replicas == {leader.address: "leader", standby.address: "standby"}
+
+
+def test_metrics_and_health_say_who_leads(
+    pair: tuple[CoordinatorThread, CoordinatorThread],
+) -> None:
+    leader, standby = pair
+    assert leader.coordinator is not None
+    assert standby.coordinator is not None
+    for thread, expected in ((leader, 1.0), (standby, 0.0)):
+        registry = thread.coordinator.metrics.registry  # type: ignore[union-attr]
+        assert registry.get_sample_value("multikafka_leader") == expected
+    assert leader.coordinator.metrics.registry.get_sample_value("multikafka_elections_total") == 1
+    serving = health_pb2.HealthCheckResponse.SERVING
+    not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+
+    def health(address: str, service: str) -> int:
+        with grpc.insecure_channel(address) as ch:
+            req = health_pb2.HealthCheckRequest(service=service)
+            return int(health_pb2_grpc.HealthStub(ch).Check(req, timeout=5).status)
+
+    eventually(lambda: health(standby.address, "") == serving, timeout_s=10)
+    assert health(leader.address, "") == serving
+    assert health(leader.address, "multikafka.leader") == serving
+    assert health(standby.address, "multikafka.leader") == not_serving
+    assert health(standby.address, "multikafka.v1.Planner") == serving  # it answers: go there
+
+
+def test_a_standby_serves_reads_and_names_the_leader_for_the_rest(
+    pair: tuple[CoordinatorThread, CoordinatorThread], kafka: KafkaClusters
+) -> None:
+    leader, standby = pair
+    (a,) = kafka.shared(1)
+    topic = uid("t")
+    create_topics(a.bootstrap, {topic: 1})
+    name = uid("s")
+    doc = stream_doc(name, {"a": (a.bootstrap, [topic])})
+    with AdminClient(leader.address) as admin:
+        info = admin.put_stream(doc)
+    # reads: from the standby's own copy of the metadata, once it applied it
+    with grpc.insecure_channel(standby.address) as ch:
+        stub = admin_pb2_grpc.AdminStub(ch)
+        got = eventually(
+            lambda: _try(lambda: stub.GetStream(admin_pb2.GetStreamRequest(name=name))),
+            timeout_s=10,
+        )
+        assert got.version == info.version
+        assert "standby" in got.clusters[0].error  # reachability is the leader's to know
+        # history: what the leader persisted, read from etcd
+        eventually(
+            lambda: (
+                [
+                    e.kind
+                    for e in stub.StreamHistory(admin_pb2.StreamHistoryRequest(name=name)).entries
+                ]
+                == ["reconcile"]
+            ),
+            timeout_s=10,
+        )
+        # a write: UNAVAILABLE, naming the leader
+        with pytest.raises(grpc.RpcError) as info_err:
+            stub.PutStream(admin_pb2.PutStreamRequest(document_json=json.dumps(doc)))
+        err = info_err.value
+        assert err.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert f"the leader is at {leader.address}" in err.details()  # type: ignore[attr-defined]
+        assert (LEADER_KEY, leader.address) in err.trailing_metadata()  # type: ignore[attr-defined]
+
+
+def _try(call: Callable[[], object]) -> object:
+    try:
+        return call()
+    except grpc.RpcError:
+        return None
+
+
+def test_clients_given_only_the_standby_move_to_the_leader(
+    pair: tuple[CoordinatorThread, CoordinatorThread], kafka: KafkaClusters
+) -> None:
+    _leader, standby = pair
+    (a,) = kafka.shared(1)
+    topic = uid("t")
+    create_topics(a.bootstrap, {topic: 1})
+    name = uid("s")
+    with AdminClient(standby.address) as admin:
+        info = admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    assert info.name == name  # written by the leader
+    planner = PlannerClient(standby.address, timeout_s=10)
+    try:
+        offsets, _ = planner.resolve(name, planner_pb2.Position(kind=planner_pb2.Position.EARLIEST))
+        assert offsets == {f"a/{topic}/0": 0}
+    finally:
+        planner.close()
+
+
+def test_a_coordinator_that_cannot_reach_etcd_says_so_in_one_line(tmp_path: Path) -> None:
+    closed = free_port()
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "multikafka"),
+            "coordinator", "--etcd", f"http://127.0.0.1:{closed}", "--etcd-wait", "1",
+            "--listen", f"127.0.0.1:{free_port()}",
+        ],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("multikafka coordinator:")]
+    assert len(errors) == 1, result.stderr
+    assert f"127.0.0.1:{closed}" in errors[0]
+    assert "Traceback" not in result.stderr
