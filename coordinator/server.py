@@ -159,12 +159,20 @@ class Coordinator:
             await self.etcd.connect()
             await self.etcd.get_prefix(f"{self.prefix}/streams/")
 
+        # A short wait says nothing; a long one says so after 5 s, then every 10 s.
+        next_note = [time.monotonic() + 5]
+
+        def waiting(exc: BaseException, delay_s: float) -> None:
+            if time.monotonic() >= next_note[0]:
+                next_note[0] = time.monotonic() + 10
+                logger.warning("waiting for etcd at %s: %s", self.config.etcd, exc)
+
         await retry_async(
             reach,
             on=(UnavailableError,),
             deadline_s=wait_s,
             backoff=Backoff.constant(0.5),
-            on_retry=lambda exc, _: logger.info("waiting for etcd at %s", self.config.etcd),
+            on_retry=waiting,
         )
         self._etcd_ok = True
 
