@@ -56,7 +56,10 @@ class Replica:
     def from_json(cls, raw: bytes) -> Replica | None:
         try:
             doc = json.loads(raw)
-            return cls(str(doc["id"]), str(doc["address"]), int(doc.get("since_ms", 0)))
+            replica_id, address = doc["id"], doc["address"]
+            if not isinstance(replica_id, str) or not isinstance(address, str):
+                return None
+            return cls(replica_id, address, int(doc.get("since_ms", 0)))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -150,8 +153,9 @@ class Election:
             self.finished.set()
 
     async def _campaign(self) -> bool:
-        lease = await self._etcd.grant_lease(max(math.ceil(self._ttl_s), 1))
+        # The lease's time runs from its grant: count validity from before it.
         started = self._clock()
+        lease = await self._etcd.grant_lease(max(math.ceil(self._ttl_s), 1))
         try:
             created, kv = await self._etcd.create_if_absent(self.key, self.me.to_json(), lease)
         except BaseException:
@@ -194,8 +198,10 @@ class Election:
             self._valid_until = 0.0
             self._metrics.leader.set(0)
             logger.warning("no longer the leader", extra={"address": self.me.address})
-            await self._on_deposed()
-            await self._let_go()
+            try:
+                await self._on_deposed()
+            finally:
+                await self._let_go()
 
     async def _renew(self) -> bool:
         """Renew the lease and check the key is still ours; False: deposed."""
@@ -214,11 +220,13 @@ class Election:
 
     async def _let_go(self) -> None:
         """Free the lease (the key goes with it) so a standby can take over
-        at once; ignored when etcd is away (the lease then expires)."""
-        lease, self._lease = self._lease, None
-        if lease is not None:
-            with contextlib.suppress(UnavailableError, asyncio.TimeoutError):
-                await asyncio.wait_for(self._etcd.revoke_lease(lease), self._loop_s)
+        at once. When etcd is away the lease is remembered: it expires by
+        itself, or the next campaign finds our own key and frees it then."""
+        if self._lease is None:
+            return
+        with contextlib.suppress(UnavailableError, asyncio.TimeoutError):
+            await asyncio.wait_for(self._etcd.revoke_lease(self._lease), self._loop_s)
+            self._lease = None
 
     async def _wait_for_vacancy(self) -> None:
         """Poll the leader key until it is gone (its holder resigned or its

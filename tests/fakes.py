@@ -136,6 +136,8 @@ class FakeEtcd:
             return False
         self.revision += 1
         del self._kv[key]
+        for lease in self._leases.values():  # a deleted key leaves its lease, as in etcd
+            lease.keys.discard(key)
         self._events.append(WatchEvent(key, None, self.revision))
         self._notify()
         return True
