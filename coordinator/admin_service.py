@@ -23,8 +23,9 @@ from coordinator.history import History
 from coordinator.queries import QueryStore
 from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
+from multikafka_core._secrets import REDACTED, is_secret
 from multikafka_core.exceptions import UnavailableError, ValidationError
-from multikafka_core.model import FailoverStrategy, StreamSpec
+from multikafka_core.model import ClusterSpec, FailoverStrategy, StreamSpec
 from multikafka_core.v1 import admin_pb2, admin_pb2_grpc
 from multikafka_core.validation import MAX_DOCUMENT_BYTES, parse_stream_json, validate_name
 
@@ -288,11 +289,44 @@ def _stream_cluster(request: admin_pb2.ClusterRequest) -> tuple[str, str]:
     return validate_name(request.stream, "stream"), validate_name(request.cluster, "cluster")
 
 
-def _keep_stored_secrets(spec: StreamSpec, stored: StreamSpec) -> StreamSpec:
-    clusters = {
-        cid: replace(c, properties=c.properties.merged_over(stored.clusters[cid].properties))
-        if cid in stored.clusters
-        else c
-        for cid, c in spec.clusters.items()
+#: librdkafka settings that decide where a client connects and how it proves
+#: who it is (a stored secret is only reused while these stay the same).
+_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "plugin.", "client.dns.")
+
+
+def _where_and_how(cluster: ClusterSpec) -> tuple[str, dict[str, str]]:
+    settings = {
+        k: v
+        for k, v in cluster.properties.items()
+        if k.startswith(_CONNECTION_PREFIXES) and not is_secret(k)
     }
+    return cluster.bootstrap_servers, settings
+
+
+def _keep_stored_secrets(spec: StreamSpec, stored: StreamSpec) -> StreamSpec:
+    """A document read back (secrets redacted) and put again keeps the stored
+    secrets: only for a cluster reached the same way. A redacted secret with
+    new brokers or new security settings is refused, or an admin (who never
+    sees secrets) could send readers, with the real password, to brokers of
+    their choosing."""
+    clusters = {}
+    for cid, c in spec.clusters.items():
+        redacted = [k for k, v in c.properties.items() if v == REDACTED]
+        if not redacted:
+            clusters[cid] = c
+            continue
+        before = stored.clusters.get(cid)
+        if before is None:
+            raise ValidationError(
+                f"clusters.{cid}.properties.{redacted[0]}",
+                f"is {REDACTED}, but the stream has no stored cluster {cid!r} to take it from; give the value",
+            )
+        if _where_and_how(before) != _where_and_how(c):
+            raise ValidationError(
+                f"clusters.{cid}.properties.{redacted[0]}",
+                f"is {REDACTED}, but where or how the cluster is reached changed "
+                "(bootstrap_servers, security.*, sasl.*, ssl.*): give the secret again "
+                "with the new connection settings",
+            )
+        clusters[cid] = replace(c, properties=c.properties.merged_over(before.properties))
     return replace(spec, clusters=clusters)

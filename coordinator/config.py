@@ -177,10 +177,9 @@ class CoordinatorConfig:
             secret = env.secret(variable, file_variable)
             if secret:
                 values[name] = secret
-        if env.get(env.TLS_CERT) and env.get(env.TLS_KEY):
-            values["tls"] = TlsFiles(
-                env.get(env.TLS_CERT), env.get(env.TLS_KEY), env.get(env.TLS_CLIENT_CA)
-            )
+        tls = tls_files(env.get(env.TLS_CERT), env.get(env.TLS_KEY), env.get(env.TLS_CLIENT_CA))
+        if tls is not None:
+            values["tls"] = tls
         if env.get(env.LEASE_TTL):
             values["lease_ttl_s"] = _seconds(env.get(env.LEASE_TTL), env.LEASE_TTL)
         values.update({k: v for k, v in overrides.items() if v is not None})
@@ -208,6 +207,22 @@ def etcd_from(
         if path and not Path(path).is_file():
             raise ValidationError("etcd", f"the etcd {what} file {path} does not exist")
     return EtcdConfig.parse(urls, ca=ca, cert=cert, key=key, username=username, password=password)
+
+
+def tls_files(cert: str | None, key: str | None, client_ca: str | None) -> TlsFiles | None:
+    """The server's TLS files: all of the certificate and its key (and, for
+    mutual TLS, a client CA), or none. Half of them is refused: serving
+    plaintext when TLS was meant is the one thing not to do quietly."""
+    if not cert and not key and not client_ca:
+        return None
+    if not cert or not key:
+        missing = "--tls-cert" if not cert else "--tls-key"
+        raise ValidationError(
+            "tls",
+            f"{missing} ({env.TLS_CERT if not cert else env.TLS_KEY}) is missing: "
+            "TLS needs both the server certificate and its key",
+        )
+    return TlsFiles(cert, key, client_ca or "")
 
 
 def _seconds(raw: str, what: str) -> float:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from coordinator import Coordinator, CoordinatorConfig, TlsFiles
-from coordinator.config import etcd_from
+from coordinator import Coordinator, CoordinatorConfig
+from coordinator.config import etcd_from, tls_files
 from multikafka_core import env
 from multikafka_core.exceptions import MultikafkaError
 
@@ -116,7 +116,7 @@ def coordinator_command(
             reader_token=env.read_secret(str(reader_token_file), "--reader-token-file")
             if reader_token_file
             else None,
-            tls=TlsFiles(tls_cert, tls_key, tls_client_ca or "") if tls_cert and tls_key else None,
+            tls=tls_files(tls_cert, tls_key, tls_client_ca),
             lease_ttl_s=lease_ttl,
             discovery_interval_s=discovery_interval,
         )

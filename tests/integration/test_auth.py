@@ -1,0 +1,869 @@
+"""TLS and credentials on the coordinator's gRPC endpoints (real etcd, tansu,
+in-process coordinators serving TLS with certificates made here).
+
+* Admin service: the admin token; Planner and Reader services: the reader
+  token, or a client certificate under mutual TLS. No credential gives
+  UNAUTHENTICATED, a wrong one PERMISSION_DENIED.
+* Cluster secrets (``sasl.password``) reach only an authenticated reader's
+  PlanPartitions, and no admin answer, error or log record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from click.testing import CliRunner
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator.config import CoordinatorConfig, TlsFiles
+from multikafka.cli import main
+from multikafka.devstack import CoordinatorThread, free_port
+from multikafka.devstack.feed import create_topics
+from multikafka_core import env
+from multikafka_core.admin_client import AdminClient
+from multikafka_core.exceptions import MultikafkaError, PreconditionError, ValidationError
+from multikafka_core.planner_client import PlannerClient
+from multikafka_core.transport import ConnectConfig, bearer
+from multikafka_core.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
+from reader_agent import ReaderAgent
+from spark_bridge.partition import partitions_from_plan
+from tests.certs import Certs, make_certs
+from tests.conftest import KafkaClusters
+from tests.helpers import eventually, produce_sequence, stream_doc, uid
+
+pytestmark = pytest.mark.integration
+
+Position = planner_pb2.Position
+EARLIEST = Position(kind=Position.EARLIEST)
+LATEST = Position(kind=Position.LATEST)
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+#: How long a client that cannot connect keeps trying (refusals are UNAVAILABLE).
+SHORT_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@dataclass
+class Secure:
+    """A coordinator serving TLS, with an admin and a reader token."""
+
+    thread: CoordinatorThread
+    certs: Certs
+    admin_token: str
+    reader_token: str
+    admin_token_file: Path
+    reader_token_file: Path
+
+    @property
+    def address(self) -> str:
+        return self.thread.address
+
+    def connect(
+        self, token: str = "", *, ca: bytes | None = b"", client: str = ""
+    ) -> ConnectConfig:
+        """``ca``: PEM of the CA to verify with (default the right one; None:
+        plaintext); ``client``: "client" or "stranger" for a client certificate."""
+        issued = getattr(self.certs, client) if client else None
+        return ConnectConfig.parse(
+            self.address,
+            tls_ca=self.certs.ca.cert_pem if ca == b"" else ca,
+            cert=issued.cert_pem if issued else None,
+            key=issued.key_pem if issued else None,
+            token=token,
+        )
+
+    def admin(self, token: str | None = None, **kw: Any) -> AdminClient:
+        timeout_s = kw.pop("timeout_s", 10.0)
+        return AdminClient(
+            self.connect(self.admin_token if token is None else token, **kw), timeout_s=timeout_s
+        )
+
+    def planner(self, token: str | None = None, **kw: Any) -> PlannerClient:
+        timeout_s = kw.pop("timeout_s", 10.0)
+        return PlannerClient(
+            self.connect(self.reader_token if token is None else token, **kw),
+            timeout_s=timeout_s,
+            call_timeout_s=timeout_s,
+        )
+
+
+def _token(kind: str) -> str:
+    return f"{kind}-{secrets.token_hex(16)}"
+
+
+def _start_secure(
+    make_coordinator: Callable[..., CoordinatorThread],
+    certs: Certs,
+    tmp_path: Path,
+    *,
+    client_ca: bool = False,
+    **overrides: Any,
+) -> Secure:
+    admin_token, reader_token = _token("admin"), _token("reader")
+    admin_file, reader_file = tmp_path / "admin.token", tmp_path / "reader.token"
+    admin_file.write_text(admin_token + "\n")
+    reader_file.write_text(reader_token + "\n")
+    tls = TlsFiles(
+        str(certs.server.cert_path),
+        str(certs.server.key_path),
+        str(certs.client_ca.cert_path) if client_ca else "",
+    )
+    thread = make_coordinator(
+        tls=tls, admin_token=admin_token, reader_token=reader_token, **overrides
+    )
+    return Secure(thread, certs, admin_token, reader_token, admin_file, reader_file)
+
+
+@pytest.fixture
+def secure(
+    make_coordinator: Callable[..., CoordinatorThread], certs: Certs, tmp_path: Path
+) -> Secure:
+    return _start_secure(make_coordinator, certs, tmp_path)
+
+
+@pytest.fixture
+def agents() -> Iterator[list[ReaderAgent]]:
+    made: list[ReaderAgent] = []
+    yield made
+    for agent in made:
+        agent.close()
+
+
+def _refused(call: Callable[[], object], code: grpc.StatusCode) -> str:
+    """Run ``call``; it must fail with ``code``. Returns the error message."""
+    with pytest.raises(MultikafkaError) as info:
+        call()
+    cause = info.value.__cause__
+    assert isinstance(cause, grpc.Call), f"not a gRPC failure: {info.value!r}"
+    assert cause.code() == code, f"expected {code.name}, got {cause.code().name}: {info.value}"
+    return str(info.value)
+
+
+def _raw_refused(call: Callable[[], object], code: grpc.StatusCode) -> str:
+    """Like :func:`_refused` for a bare stub call."""
+    with pytest.raises(grpc.RpcError) as info:
+        call()
+    assert isinstance(info.value, grpc.Call)
+    assert info.value.code() == code, f"expected {code.name}, got {info.value.code().name}"
+    return info.value.details() or ""
+
+
+def _seeded(
+    admin: AdminClient,
+    bootstrap: str,
+    *,
+    partitions: int = 2,
+    records: int = 20,
+    properties: dict[str, str] | None = None,
+) -> tuple[str, str, Any]:
+    topic = uid("auth")
+    create_topics(bootstrap, {topic: partitions})
+    if records:
+        produce_sequence(bootstrap, topic, partitions, "a", range(records))
+    name = uid("auth")
+    doc = stream_doc(name, {"a": (bootstrap, [topic])})
+    doc["clusters"]["a"]["properties"].update(properties or {})
+    return name, topic, admin.put_stream(doc)
+
+
+def _cli(*args: str, env_vars: dict[str, str | None] | None = None) -> tuple[int, str]:
+    """``multikafka admin ...`` through click; (exit code, stdout or stderr)."""
+    clean: dict[str, str | None] = {
+        env.ADMIN_TOKEN: None,
+        env.ADMIN_TOKEN_FILE: None,
+        env.TLS_CA: None,
+        env.COORDINATOR: None,
+    }
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        result = CliRunner().invoke(main, ["admin", *args], env={**clean, **(env_vars or {})})
+    finally:  # the CLI configures logging for its process; this is pytest's
+        root.handlers[:], root.level = handlers, level
+    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
+
+
+def _logged(records: list[logging.LogRecord]) -> str:
+    """Every record as text: message, exception and every attribute (extras)."""
+    fmt = logging.Formatter("%(name)s %(levelname)s %(message)s")
+    return "\n".join(f"{fmt.format(r)} {vars(r)!r}" for r in records)
+
+
+# -- Admin service -------------------------------------------------------------------
+
+
+def test_admin_over_tls_needs_the_admin_token(secure: Secure, kafka: KafkaClusters) -> None:
+    (a,) = kafka.shared(1)
+    with secure.admin() as admin:
+        assert admin.status().role == "leader"
+        name, _, info = _seeded(admin, a.bootstrap, records=0)
+        assert admin.get_stream(name).generation == info.generation
+
+    with secure.admin(token="") as anonymous:
+        message = _refused(anonymous.list_streams, UNAUTHENTICATED)
+        assert "admin token" in message
+        assert "--token-file" in message
+    for wrong in (secure.reader_token, _token("random")):
+        with secure.admin(token=wrong) as admin:
+            message = _refused(admin.list_streams, PERMISSION_DENIED)
+            assert "not the admin token" in message
+            assert wrong not in message
+            assert secure.admin_token not in message
+        # Refused before any work: a write with a wrong token changes nothing.
+        with secure.admin(token=wrong) as admin:
+            _refused(lambda: admin.delete_stream(name), PERMISSION_DENIED)
+    # The CA as a file, the way AdminClient takes it too.
+    with AdminClient(
+        secure.address, token=secure.admin_token, tls_ca=str(secure.certs.ca.cert_path)
+    ) as admin:
+        assert admin.get_stream(name).name == name
+
+
+def test_admin_cli_over_tls_with_token_file_and_env(secure: Secure, tmp_path: Path) -> None:
+    ca = str(secure.certs.ca.cert_path)
+    base = ["--coordinator", secure.address, "--tls-ca", ca, "--json"]
+
+    code, out = _cli(*base[:4], "--token-file", str(secure.admin_token_file), "--json", "status")
+    assert code == 0, out
+    assert json.loads(out)["role"] == "leader"
+
+    # The token and the CA from the environment.
+    code, out = _cli(
+        "--coordinator",
+        secure.address,
+        "--json",
+        "status",
+        env_vars={env.ADMIN_TOKEN: secure.admin_token, env.TLS_CA: ca},
+    )
+    assert code == 0, out
+    code, out = _cli(
+        *base, "streams", "list", env_vars={env.ADMIN_TOKEN_FILE: str(secure.admin_token_file)}
+    )
+    assert code == 0, out
+    assert json.loads(out) == []
+
+    # --token (a secret on the command line) is gone.
+    code, out = _cli(*base, "--token", secure.admin_token, "status")
+    assert code == 2
+    assert "No such option" in out
+    assert "--token" in out
+
+    # No token, a wrong one, the reader token.
+    code, out = _cli(*base, "status")
+    assert code == 1
+    assert "admin calls need 'authorization: Bearer <token>'" in out
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text(_token("random"))
+    for token_file, token in (
+        (wrong, wrong.read_text()),
+        (secure.reader_token_file, secure.reader_token),
+    ):
+        code, out = _cli(*base[:4], "--token-file", str(token_file), "status")
+        assert code == 1
+        assert "not the admin token" in out
+        assert token not in out
+        assert secure.admin_token not in out
+
+    # Both the variable and the file variable: refused, neither echoed.
+    code, out = _cli(
+        *base,
+        "status",
+        env_vars={
+            env.ADMIN_TOKEN: secure.admin_token,
+            env.ADMIN_TOKEN_FILE: str(secure.admin_token_file),
+        },
+    )
+    assert code == 1
+    assert "not both" in out
+    assert secure.admin_token not in out
+
+
+def test_plaintext_and_wrongly_verifying_clients_cannot_connect(secure: Secure) -> None:
+    # A plaintext client against the TLS port: the handshake never happens.
+    with secure.admin(ca=None, timeout_s=SHORT_S) as plain:
+        _refused(plain.status, UNAVAILABLE)
+    plain_planner = secure.planner(ca=None, timeout_s=SHORT_S)
+    try:
+        _refused(lambda: plain_planner.resolve("x", EARLIEST), UNAVAILABLE)
+    finally:
+        plain_planner.close()
+    # A client that trusts another CA refuses the coordinator's certificate.
+    with secure.admin(ca=secure.certs.stranger_ca.cert_pem, timeout_s=SHORT_S) as wrong_ca:
+        message = _refused(wrong_ca.status, UNAVAILABLE)
+    assert "CERTIFICATE_VERIFY_FAILED" in message or "handshake" in message.lower()
+    # The health service is open (probes carry no token), over TLS.
+    channel = grpc.secure_channel(
+        secure.address, grpc.ssl_channel_credentials(secure.certs.ca.cert_pem)
+    )
+    try:
+        resp = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=5
+        )
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        channel.close()
+
+
+def test_clients_follow_the_leader_over_tls(
+    make_coordinator: Callable[..., CoordinatorThread],
+    certs: Certs,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    """A client given only a standby's address is sent to the leader, and
+    verifies the leader's certificate against the name it was given."""
+    one = _start_secure(
+        make_coordinator, certs, tmp_path, etcd_prefix=f"/multikafka-test/{uid('ha')}"
+    )
+    two = Secure(
+        make_coordinator(
+            tls=TlsFiles(str(certs.server.cert_path), str(certs.server.key_path)),
+            admin_token=one.admin_token,
+            reader_token=one.reader_token,
+            etcd_prefix=one.thread.config.etcd_prefix,
+        ),
+        certs,
+        one.admin_token,
+        one.reader_token,
+        one.admin_token_file,
+        one.reader_token_file,
+    )
+    leader, standby = (one, two) if one.thread.coordinator.is_leader else (two, one)  # type: ignore[union-attr]
+    assert not standby.thread.coordinator.is_leader  # type: ignore[union-attr]
+    (a,) = kafka.shared(1)
+    for host in ("127.0.0.1", "localhost"):
+        given = f"{host}:{standby.thread.coordinator.port}"  # type: ignore[union-attr]
+        config = ConnectConfig.parse(given, tls_ca=certs.ca.cert_pem, token=one.admin_token)
+        with AdminClient(config, timeout_s=10) as admin:
+            name, topic, _ = _seeded(admin, a.bootstrap, records=0)  # a leader-only call
+            assert admin.status().role == "leader"
+        planner = PlannerClient(
+            ConnectConfig.parse(given, tls_ca=certs.ca.cert_pem, token=one.reader_token),
+            timeout_s=10,
+        )
+        try:
+            assert planner.resolve(name, EARLIEST)[0] == {f"a/{topic}/0": 0, f"a/{topic}/1": 0}
+        finally:
+            planner.close()
+    assert leader.thread.coordinator.is_leader  # type: ignore[union-attr]
+
+
+# -- Planner and Reader services ---------------------------------------------------
+
+
+def test_planner_and_reader_services_need_the_reader_token(
+    secure: Secure, kafka: KafkaClusters
+) -> None:
+    (a,) = kafka.shared(1)
+    with secure.admin() as admin:
+        name, topic, _ = _seeded(admin, a.bootstrap)
+
+    for token, code in (
+        ("", UNAUTHENTICATED),
+        (secure.admin_token, PERMISSION_DENIED),
+        (_token("random"), PERMISSION_DENIED),
+    ):
+        planner = secure.planner(token=token)
+        try:
+            message = _refused(lambda: planner.resolve(name, EARLIEST), code)  # noqa: B023
+            if code == UNAUTHENTICATED:
+                assert "reader token" in message
+                assert "coordinatorTokenFile" in message
+            else:
+                assert "not the reader token" in message
+            assert token not in message or not token
+            assert secure.reader_token not in message
+        finally:
+            planner.close()
+
+    planner = secure.planner()
+    try:
+        earliest, _ = planner.resolve(name, EARLIEST)
+        latest, _ = planner.resolve(name, LATEST)
+        assert earliest == {f"a/{topic}/0": 0, f"a/{topic}/1": 0}
+        assert latest == {f"a/{topic}/0": 11, f"a/{topic}/1": 11}  # 10 records + a fence
+    finally:
+        planner.close()
+
+    # The Reader service, unary and streaming, checked the same way.
+    channel = grpc.secure_channel(
+        secure.address, grpc.ssl_channel_credentials(secure.certs.ca.cert_pem)
+    )
+    try:
+        stub = reader_pb2_grpc.ReaderStub(channel)
+        register = reader_pb2.RegisterRequest(agent_id="intruder", host="h", pid=1)
+        _raw_refused(lambda: stub.Register(register, timeout=5), UNAUTHENTICATED)
+        _raw_refused(
+            lambda: stub.Register(register, metadata=bearer(secure.admin_token), timeout=5),
+            PERMISSION_DENIED,
+        )
+        subscribe = reader_pb2.SubscribeRequest(agent_id="intruder")
+        _raw_refused(lambda: list(stub.Subscribe(subscribe, timeout=5)), UNAUTHENTICATED)
+        _raw_refused(
+            lambda: list(stub.Subscribe(subscribe, metadata=bearer(_token("random")), timeout=5)),
+            PERMISSION_DENIED,
+        )
+        report = reader_pb2.ReportReadsRequest(agent_id="intruder", stream=name, query_id="q")
+        report.marks.add(split=f"a/{topic}/0", last_offset=5, last_timestamp_ms=1)
+        _raw_refused(lambda: stub.ReportReads(report, timeout=5), UNAUTHENTICATED)
+        stub.Register(register, metadata=bearer(secure.reader_token), timeout=5)
+    finally:
+        channel.close()
+    duties = secure.thread.coordinator.duties  # type: ignore[union-attr]
+    assert duties is not None
+    assert duties.marks.at_or_before(name, f"a/{topic}/0", 2**62) is None, "refused report kept"
+
+
+def test_cluster_secret_reaches_only_the_authenticated_reader(
+    make_coordinator: Callable[..., CoordinatorThread],
+    certs: Certs,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = f"s3cret-{secrets.token_hex(16)}"
+    s = _start_secure(make_coordinator, certs, tmp_path)
+    (a,) = kafka.shared(1)
+    seen: list[str] = []  # every answer and error a client got, as text
+
+    with s.admin() as admin:
+        name, topic, put = _seeded(
+            admin, a.bootstrap, properties={"sasl.username": "reader", "sasl.password": secret}
+        )
+        seen.append(str(put))
+        assert json.loads(put.document_json)["clusters"]["a"]["properties"]["sasl.password"] == (
+            "<redacted>"
+        )
+
+        # The authenticated reader gets the secret, in PlanPartitions only.
+        planner = s.planner()
+        try:
+            start, _ = planner.resolve(name, EARLIEST)
+            end, _ = planner.resolve(name, LATEST)
+            plan = planner.plan(
+                name, "q-auth", start, end, min_partitions=1, max_records_per_partition=1000
+            )
+            assert [dict(c.properties) for c in plan.clusters] == [
+                {"fetch.wait.max.ms": "10", "sasl.username": "reader", "sasl.password": secret}
+            ]
+            planner.commit(name, "q-auth", end, "")
+            seen.append(
+                str(
+                    planner.latest(
+                        name, "q-auth", start, max_records=0, cap=None, fail_on_data_loss=True
+                    )
+                )
+            )
+        finally:
+            planner.close()
+        # Planned partitions (what Spark prints) do not show it either.
+        parts = partitions_from_plan(
+            plan,
+            coordinator=s.connect(s.reader_token),
+            stream=name,
+            query_id="q-auth",
+            include_headers=False,
+            fail_on_data_loss=True,
+        )
+        assert parts
+        assert all(p.task.clusters["a"].properties["sasl.password"] == secret for p in parts)
+        seen += [repr(p) for p in parts] + [repr(p.task.clusters) for p in parts]
+        seen += [repr(s.connect(s.reader_token)), str(s.connect(s.reader_token))]
+        seen.append(repr(s.thread.config))
+
+        # A document read back (redacted) and put again keeps the secret.
+        again = admin.put_stream(admin.get_stream(name).document_json)
+        seen.append(str(again))
+
+        # Every admin answer.
+        seen.append(str(admin.get_stream(name)))
+        seen += [str(i) for i in admin.list_streams()]
+        seen += [str(e) for e in admin.history(name)]
+        seen.append(str(admin.status()))
+        queries = admin.queries()
+        assert "q-auth" in {q.query_id for q in queries}
+        seen += [str(q) for q in queries]
+        seen += [str(r) for r in admin.readers()]
+        seen += [str(x) for x in admin.assignments(name)]
+
+        # Errors: refused readers, and documents that carry the secret but are invalid.
+        bad = stream_doc(name, {"a": (a.bootstrap, [topic])})
+        bad["clusters"]["a"]["properties"]["sasl.password"] = secret
+        missing = json.loads(json.dumps(bad))
+        del missing["clusters"]["a"]["bootstrap_servers"]
+        reserved = json.loads(json.dumps(bad))
+        reserved["clusters"]["a"]["properties"]["enable.auto.commit"] = "true"
+        text = json.dumps(bad)
+        broken = text.replace(f'"{secret}"', f'"{secret}" "x"')
+        for document in (missing, reserved, broken):
+            with pytest.raises(ValidationError) as info:
+                admin.put_stream(document)
+            seen.append(str(info.value))
+    for token in ("", s.admin_token, _token("random")):
+        planner = s.planner(token=token)
+        try:
+            with pytest.raises(MultikafkaError) as refused:
+                planner.plan(name, "q-x", start, end, min_partitions=1, max_records_per_partition=1)
+            seen.append(str(refused.value))
+        finally:
+            planner.close()
+
+    planner = s.planner()
+    try:  # still the stored secret after the redacted document was put back
+        plan = planner.plan(
+            name, "q-2", start, end, min_partitions=1, max_records_per_partition=1000
+        )
+        assert plan.clusters[0].properties["sasl.password"] == secret
+    finally:
+        planner.close()
+
+    answers = "\n".join(seen)
+    assert "<redacted>" in answers, "the answers hold the property, redacted"
+    assert secret not in answers
+    assert s.admin_token not in answers
+    assert s.reader_token not in answers
+    logged = _logged(caplog.records)
+    assert "coordinator serving" in logged, "the coordinator's log was captured"
+    assert secret not in logged
+    assert s.admin_token not in logged
+    assert s.reader_token not in logged
+
+
+def test_without_reader_authentication_plans_with_secrets_are_refused(
+    coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+) -> None:
+    """A coordinator with no reader token and no client CA hands no secret out."""
+    (a,) = kafka.shared(1)
+    secret = f"s3cret-{secrets.token_hex(16)}"
+    name, _, _ = _seeded(admin, a.bootstrap, properties={"sasl.password": secret})
+    planner = PlannerClient(coordinator.address, timeout_s=10)
+    try:
+        start, _ = planner.resolve(name, EARLIEST)
+        end, _ = planner.resolve(name, LATEST)
+        with pytest.raises(PreconditionError) as info:
+            planner.plan(name, "q", start, end, min_partitions=1, max_records_per_partition=1000)
+    finally:
+        planner.close()
+    assert "secret properties" in str(info.value)
+    assert "--reader-token-file" in str(info.value)
+    assert secret not in str(info.value)
+
+
+# -- mutual TLS ----------------------------------------------------------------------
+
+
+def test_mutual_tls_client_certificate_authenticates_readers(
+    make_coordinator: Callable[..., CoordinatorThread],
+    certs: Certs,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+    agents: list[ReaderAgent],
+) -> None:
+    s = _start_secure(make_coordinator, certs, tmp_path, client_ca=True)
+    (a,) = kafka.shared(1)
+    secret = f"s3cret-{secrets.token_hex(16)}"
+
+    # No client certificate, or one the client CA did not sign: no handshake.
+    for client in ("", "stranger"):
+        for token in (s.reader_token, s.admin_token):
+            with s.admin(token=token, client=client, timeout_s=SHORT_S) as refused:
+                _refused(refused.status, UNAVAILABLE)
+        planner = s.planner(client=client, timeout_s=SHORT_S)
+        try:
+            _refused(lambda: planner.resolve("x", EARLIEST), UNAVAILABLE)  # noqa: B023
+        finally:
+            planner.close()
+
+    # Admin calls still need the admin token, certificate or not.
+    with s.admin(token="", client="client") as admin:
+        _refused(admin.list_streams, UNAUTHENTICATED)
+    with s.admin(token=s.reader_token, client="client") as admin:
+        _refused(admin.list_streams, PERMISSION_DENIED)
+    with s.admin(client="client") as admin:
+        name, topic, info = _seeded(admin, a.bootstrap, properties={"sasl.password": secret})
+
+        # Planner calls with the certificate and no token are served, secrets included.
+        planner = s.planner(token="", client="client")
+        try:
+            start, _ = planner.resolve(name, EARLIEST)
+            end, _ = planner.resolve(name, LATEST)
+            assert end == {f"a/{topic}/0": 11, f"a/{topic}/1": 11}
+            plan = planner.plan(
+                name, "q-mtls", start, end, min_partitions=1, max_records_per_partition=1000
+            )
+            assert plan.clusters[0].properties["sasl.password"] == secret
+        finally:
+            planner.close()
+
+        # A reader agent with the certificate and no token registers and subscribes.
+        agent = ReaderAgent(heartbeat_interval_s=0.5)
+        agents.append(agent)
+        agent.connect(s.connect("", client="client"))
+        eventually(lambda: agent.applied_generation >= info.generation, timeout_s=15)
+        eventually(lambda: agent.agent_id in {r.agent_id for r in admin.readers()}, timeout_s=15)
+
+    # The CLI with the client certificate, its key and the admin token.
+    code, out = _cli(
+        "--coordinator",
+        s.address,
+        "--tls-ca",
+        str(certs.ca.cert_path),
+        "--tls-cert",
+        str(certs.client.cert_path),
+        "--tls-key",
+        str(certs.client.key_path),
+        "--token-file",
+        str(s.admin_token_file),
+        "--json",
+        "streams",
+        "get",
+        name,
+    )
+    assert code == 0, out
+    assert json.loads(out)["name"] == name
+    assert secret not in out
+
+
+# -- the reader agent's link -----------------------------------------------------------
+
+
+def test_reader_agent_link_over_tls_with_the_reader_token(
+    secure: Secure,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = f"s3cret-{secrets.token_hex(16)}"
+    (a,) = kafka.shared(1)
+    # An agent with a wrong token, started first: it never gets in.
+    intruder = ReaderAgent(heartbeat_interval_s=0.5)
+    agents.append(intruder)
+    intruder.connect(secure.connect(secure.admin_token))
+    agent = ReaderAgent(heartbeat_interval_s=0.5)
+    agents.append(agent)
+    agent.connect(secure.connect(secure.reader_token))
+
+    with secure.admin() as admin:
+        name, topic, info = _seeded(admin, a.bootstrap, properties={"sasl.password": secret})
+        eventually(lambda: agent.applied_generation >= info.generation, timeout_s=15)
+        readers = eventually(
+            lambda: {r.agent_id: r for r in admin.readers() if r.agent_id == agent.agent_id},
+            timeout_s=15,
+        )
+        assert readers[agent.agent_id].subscribed
+        # A change reaches it as a reconcile event.
+        doc = json.loads(admin.get_stream(name).document_json)
+        doc["clusters"]["a"]["properties"]["fetch.wait.max.ms"] = "20"
+        changed = admin.put_stream(doc)
+        assert changed.generation > info.generation
+        eventually(lambda: agent.applied_generation >= changed.generation, timeout_s=15)
+        eventually(
+            lambda: any(
+                r.agent_id == agent.agent_id and r.applied_generation >= changed.generation
+                for r in admin.readers()
+            ),
+            timeout_s=15,
+        )
+        # What it reads is reported back over the same link (ReportReads).
+        planner = secure.planner()
+        try:
+            start, _ = planner.resolve(name, EARLIEST)
+            end, _ = planner.resolve(name, LATEST)
+            plan = planner.plan(
+                name, "q-link", start, end, min_partitions=1, max_records_per_partition=1000
+            )
+        finally:
+            planner.close()
+        tasks = [
+            p.task
+            for p in partitions_from_plan(
+                plan,
+                coordinator=secure.connect(secure.reader_token),
+                stream=name,
+                query_id="q-link",
+                include_headers=False,
+                fail_on_data_loss=True,
+            )
+        ]
+        keys = [
+            k.decode()
+            for task in tasks
+            for batch in agent.read(task)
+            for k in batch.column("key").to_pylist()
+        ]
+        assert sorted(k for k in keys if k.startswith("a:")) == sorted(f"a:{i}" for i in range(20))
+        duties = secure.thread.coordinator.duties  # type: ignore[union-attr]
+        assert duties is not None
+        eventually(
+            lambda: all(
+                duties.marks.at_or_before(name, f"a/{topic}/{p}", 2**62) is not None for p in (0, 1)
+            ),
+            timeout_s=15,
+        )
+        # The intruder is not registered, and applied nothing.
+        assert intruder.agent_id not in {r.agent_id for r in admin.readers()}
+        assert intruder.applied_generation == 0
+    # The agents' logs (the intruder's refusals included) hold no secret.
+    eventually(lambda: "PERMISSION_DENIED" in _logged(caplog.records), timeout_s=15)
+    logged = _logged(caplog.records)
+    for leaked in (secret, secure.admin_token, secure.reader_token):
+        assert leaked not in logged
+
+
+# -- configuration -------------------------------------------------------------------
+
+
+def test_half_given_tls_files_are_refused_not_served_in_plaintext(
+    etcd_url: str, certs: Certs, tmp_path: Path
+) -> None:
+    """BUG: ``multikafka coordinator --tls-cert C --tls-client-ca CA`` without
+    ``--tls-key`` (or MULTIKAFKA_TLS_CERT without MULTIKAFKA_TLS_KEY) starts
+    serving *plaintext* with no client-certificate check instead of refusing
+    the configuration (etcd's --etcd-cert without --etcd-key is refused)."""
+    port = free_port()
+    proc_env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(env.PREFIX) or k == "MULTIKAFKA_TEST_ETCD"
+    }
+    log = tmp_path / "coordinator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from multikafka.cli import main; main()",
+                "coordinator",
+                "--etcd",
+                etcd_url,
+                "--prefix",
+                f"/multikafka-test/{uid('half')}",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--tls-cert",
+                str(certs.server.cert_path),
+                "--tls-client-ca",
+                str(certs.client_ca.cert_path),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=proc_env,
+        )
+    try:
+
+        def settled() -> str:
+            text = log.read_text()
+            if proc.poll() is not None or "serving" in text:
+                return text or f"exited {proc.returncode}"
+            return ""
+
+        eventually(settled, timeout_s=30)
+        plaintext_served = False
+        if proc.poll() is None:
+            with (
+                AdminClient(f"127.0.0.1:{port}", timeout_s=3) as plain,
+                contextlib.suppress(MultikafkaError),
+            ):
+                plaintext_served = plain.status().role in ("leader", "standby")
+        assert not plaintext_served, (
+            "the coordinator serves plaintext with no client certificate although "
+            "--tls-cert and --tls-client-ca were given (the key was missing)"
+        )
+        assert proc.wait(10) != 0
+        text = log.read_text()
+        assert "No such option" not in text, text
+        assert "key" in text.lower(), text
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def test_half_given_tls_env_is_refused(monkeypatch: pytest.MonkeyPatch, certs: Certs) -> None:
+    """BUG (same as above, through the environment): CoordinatorConfig.from_env
+    with MULTIKAFKA_TLS_CERT and MULTIKAFKA_TLS_CLIENT_CA but no
+    MULTIKAFKA_TLS_KEY gives a config with ``tls=None`` (plaintext)."""
+    for name in (
+        env.TLS_KEY,
+        env.ADMIN_TOKEN,
+        env.ADMIN_TOKEN_FILE,
+        env.READER_TOKEN,
+        env.READER_TOKEN_FILE,
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(env.TLS_CERT, str(certs.server.cert_path))
+    monkeypatch.setenv(env.TLS_CLIENT_CA, str(certs.client_ca.cert_path))
+    try:
+        config = CoordinatorConfig.from_env()
+    except ValidationError:
+        return
+    raise AssertionError(
+        f"from_env accepted a TLS certificate without its key and serves plaintext: tls={config.tls}, mtls={config.mtls}"
+    )
+
+
+def test_a_kept_secret_never_follows_new_connection_settings(
+    secure: Secure, kafka: KafkaClusters
+) -> None:
+    """A document read back (redacted) and put again keeps its stored secret
+    only while the cluster is reached the same way: with other brokers or
+    other security settings, an admin (who never sees the secret) could
+    send readers with the real password anywhere; that is refused."""
+    (a,) = kafka.shared(1)
+    secret = f"kept-{secrets.token_hex(8)}"
+    with secure.admin() as admin:
+        name, _, _ = _seeded(admin, a.bootstrap, records=0, properties={"sasl.password": secret})
+        read_back = json.loads(admin.get_stream(name).document_json)
+        assert read_back["clusters"]["a"]["properties"]["sasl.password"] == "<redacted>"
+        for change, value in (
+            ("bootstrap_servers", "evil.example:9092"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+        ):
+            doc = json.loads(json.dumps(read_back))
+            if change == "bootstrap_servers":
+                doc["clusters"]["a"][change] = value
+            else:
+                doc["clusters"]["a"]["properties"][change] = value
+            with pytest.raises(ValidationError) as refused:
+                admin.put_stream(doc)
+            assert "clusters.a.properties.sasl.password" in str(refused.value)
+            assert "give the secret again" in str(refused.value)
+            assert secret not in str(refused.value)
+        # tuning only: the stored secret stays
+        doc = json.loads(json.dumps(read_back))
+        doc["clusters"]["a"]["properties"]["fetch.wait.max.ms"] = "25"
+        admin.put_stream(doc)
+        # with the secret given again, new settings are fine
+        doc["clusters"]["a"]["properties"]["security.protocol"] = "SASL_SSL"
+        doc["clusters"]["a"]["properties"]["sasl.password"] = secret
+        admin.put_stream(doc)
+    stored = secure.thread.coordinator.store.get(name)  # type: ignore[union-attr]
+    props = stored.spec.clusters["a"].properties.as_librdkafka_dict()
+    assert props["sasl.password"] == secret
+    assert props["fetch.wait.max.ms"] == "25"
+    assert props["security.protocol"] == "SASL_SSL"
