@@ -33,7 +33,7 @@ from multikafka_core.model import (
 )
 from multikafka_core.validation import parse_stream, parse_stream_json
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AuthenticationError",
