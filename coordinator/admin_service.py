@@ -24,7 +24,7 @@ from coordinator.queries import QueryStore
 from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
 from multikafka_core._secrets import REDACTED, is_secret
-from multikafka_core.exceptions import UnavailableError, ValidationError
+from multikafka_core.exceptions import UnavailableError, ValidationError, shown
 from multikafka_core.model import ClusterSpec, FailoverStrategy, StreamSpec
 from multikafka_core.v1 import admin_pb2, admin_pb2_grpc
 from multikafka_core.validation import MAX_DOCUMENT_BYTES, parse_stream_json, validate_name
@@ -85,12 +85,16 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 "document_json",
                 f"is {size:,} bytes; a stream document must be under 1 MiB ({MAX_DOCUMENT_BYTES:,} bytes)",
             )
+        if request.expected_version < 0:
+            raise ValidationError(
+                "expected_version",
+                "must be a version GetStream returned, or 0 to replace any version",
+            )
         self._c.leading()
         store = self._c.store
         spec = parse_stream_json(request.document_json)
         stored = store.find(spec.name)
-        if stored is not None:
-            spec = _keep_stored_secrets(spec, stored.spec)
+        spec = _keep_stored_secrets(spec, stored.spec if stored is not None else None)
         revision = await store.put_stream(spec, request.expected_version)
         await store.wait_applied(revision)
         return self._info(store.get(spec.name))
@@ -124,6 +128,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.StreamHistoryRequest, context: Ctx
     ) -> admin_pb2.StreamHistoryResponse:
         name = validate_name(request.name, "name")
+        if request.limit < 0:
+            raise ValidationError("limit", "must not be negative (0 means all that are kept)")
         duties = self._c.duties
         if duties is not None:
             history = duties.history
@@ -175,7 +181,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             strategy = FailoverStrategy(request.strategy or "timestamp")
         except ValueError:
             raise ValidationError(
-                "strategy", f"unknown strategy {request.strategy!r}; use timestamp or identity"
+                "strategy", f"unknown strategy {shown(request.strategy)}; use timestamp or identity"
             ) from None
         if request.margin_ms < 0:
             raise ValidationError("margin_ms", "must not be negative")
@@ -303,23 +309,26 @@ def _where_and_how(cluster: ClusterSpec) -> tuple[str, dict[str, str]]:
     return cluster.bootstrap_servers, settings
 
 
-def _keep_stored_secrets(spec: StreamSpec, stored: StreamSpec) -> StreamSpec:
+def _keep_stored_secrets(spec: StreamSpec, stored: StreamSpec | None) -> StreamSpec:
     """A document read back (secrets redacted) and put again keeps the stored
     secrets: only for a cluster reached the same way. A redacted secret with
     new brokers or new security settings is refused, or an admin (who never
     sees secrets) could send readers, with the real password, to brokers of
-    their choosing."""
+    their choosing. The marker itself is never stored."""
     clusters = {}
     for cid, c in spec.clusters.items():
         redacted = [k for k, v in c.properties.items() if v == REDACTED]
         if not redacted:
             clusters[cid] = c
             continue
-        before = stored.clusters.get(cid)
-        if before is None:
+        before = stored.clusters.get(cid) if stored is not None else None
+        missing = [k for k in redacted if before is None or k not in before.properties]
+        if before is None or missing:
+            key = missing[0]
             raise ValidationError(
-                f"clusters.{cid}.properties.{redacted[0]}",
-                f"is {REDACTED}, but the stream has no stored cluster {cid!r} to take it from; give the value",
+                f"clusters.{cid}.properties.{key}",
+                f"is {REDACTED}, but there is no stored value to keep "
+                f"(cluster {cid!r} has none for it): give the value",
             )
         if _where_and_how(before) != _where_and_how(c):
             raise ValidationError(

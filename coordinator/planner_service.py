@@ -19,7 +19,12 @@ from coordinator.planner import ClusterSnapshot, new_splits, plan_end
 from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
 from multikafka_core import offsets as ov
-from multikafka_core.exceptions import PreconditionError, UnavailableError, ValidationError
+from multikafka_core.exceptions import (
+    PreconditionError,
+    UnavailableError,
+    ValidationError,
+    shown,
+)
 from multikafka_core.model import SplitId
 from multikafka_core.providers import OffsetQuery
 from multikafka_core.v1 import common_pb2, planner_pb2, planner_pb2_grpc
@@ -72,6 +77,10 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         }.get(kind)
         if fallback is None:
             raise ValidationError("position.kind", "use EARLIEST, LATEST, SPECIFIC or TIMESTAMP")
+        if kind == Position.TIMESTAMP and pos.timestamp_ms < 0:
+            raise ValidationError(
+                "position.timestamp_ms", "must be milliseconds since the epoch, >= 0"
+            )
         for cid in {SplitId.parse(s).cluster for s in specific}:
             _client(d, view, cid)  # UNAVAILABLE (the client retries) until set up
         out: dict[str, int] = {}
@@ -102,12 +111,12 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             if spec is None:
                 raise ValidationError(
                     f"position.offsets.{s}",
-                    f"stream {view.name!r} has no cluster {split.cluster!r}",
+                    f"stream {view.name!r} has no cluster {shown(split.cluster)}",
                 )
             if split.topic not in spec.topics:
                 raise ValidationError(
                     f"position.offsets.{s}",
-                    f"cluster {split.cluster!r} of stream {view.name!r} has no topic {split.topic!r}",
+                    f"cluster {split.cluster!r} of stream {view.name!r} has no topic {shown(split.topic)}",
                 )
         return checked
 
@@ -118,8 +127,11 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
     ) -> planner_pb2.LatestOffsetsResponse:
         d, view = self._view(request.stream)
-        query_id = validate_id(request.query_id, "query_id")
+        query_id = validate_id(request.query_id, "query_id", required=True)
         start = ov.splits_of(ov.parse(dict(request.start), "start"))
+        if request.max_records < 0:
+            raise ValidationError("max_records", "must not be negative (0 means no limit)")
+        cap = ov.parse(dict(request.cap), "cap")
         snapshots = await snapshots_of(d, view, start)
         new = new_splits(start, snapshots)
         abandoned = {}
@@ -134,7 +146,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             snapshots,
             entry,
             budget=request.max_records or None,
-            cap=dict(request.cap) or None,
+            cap=cap or None,
             fail_on_data_loss=request.fail_on_data_loss,
         )
         _account(d, view, start, plan.end, snapshots)
@@ -172,9 +184,12 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         self, request: planner_pb2.PlanPartitionsRequest, context: Ctx
     ) -> planner_pb2.PlanPartitionsResponse:
         d, view = self._view(request.stream)
-        query_id = validate_id(request.query_id, "query_id")
+        query_id = validate_id(request.query_id, "query_id", required=True)
         start = ov.splits_of(ov.parse(dict(request.start), "start"))
         end = ov.splits_of(ov.parse(dict(request.end), "end"))
+        for field in ("min_partitions", "max_records_per_partition"):
+            if getattr(request, field) < 0:
+                raise ValidationError(field, "must not be negative (0 means the default)")
         ranges: list[Range] = []
         for s, until in end.items():
             frm = start.get(s, until)  # a split entering the vector has nothing to read yet
@@ -228,7 +243,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         self, request: planner_pb2.CommitRequest, context: Ctx
     ) -> planner_pb2.CommitResponse:
         d, view = self._view(request.stream)
-        query_id = validate_id(request.query_id, "query_id")
+        query_id = validate_id(request.query_id, "query_id", required=True)
         group_id = validate_id(request.group_id, "group_id")
         end = ov.splits_of(ov.parse(dict(request.end), "end"))
         await d.queries.commit(query_id, view.name, end)

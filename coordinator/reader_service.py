@@ -37,9 +37,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         self, request: reader_pb2.RegisterRequest, context: Ctx
     ) -> reader_pb2.RegisterResponse:
         d = self._c.leading()
-        if not request.agent_id:
-            raise ValidationError("agent_id", "required")
-        agent_id = validate_id(request.agent_id, "agent_id")
+        agent_id = validate_id(request.agent_id, "agent_id", required=True)
         await d.registry.register(agent_id, validate_id(request.host, "host"), request.pid)
         d.metrics.readers.set(len(d.registry.agents()))
         return reader_pb2.RegisterResponse(
@@ -53,7 +51,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         d = self._c.leading()
         agent_id = validate_id(request.agent_id, "agent_id")
         if d.registry.get(agent_id) is None:
-            raise NotFoundError(f"agent {agent_id!r} is not registered; call Register first")
+            raise NotFoundError(f"agent {shown(agent_id)} is not registered; call Register first")
         queue = d.registry.subscribe(agent_id)
         try:
             yield d.reconciler.snapshot()
@@ -76,6 +74,9 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         if agent is None:
             return reader_pb2.HeartbeatResponse(known=False, generation=d.reconciler.generation)
         for s in request.sub_readers:
+            view = self._c.store.find(s.stream)
+            if view is None or s.cluster not in view.spec.clusters:
+                continue  # gone (or never was): no metric series for it
             key = f"{s.stream}/{s.cluster}"
             records, restarts = agent.counted.get(key, (0, 0))
             if s.records_read > records:
@@ -90,23 +91,35 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         self, request: reader_pb2.ReportReadsRequest, context: Ctx
     ) -> reader_pb2.ReportReadsResponse:
         d = self._c.leading()
-        stream = validate_name(request.stream, "stream")
-        query_id = validate_id(request.query_id, "query_id")
+        # Everything is checked before anything is applied: a refused report
+        # leaves no marks or abandoned ranges behind.
+        agent_id = validate_id(request.agent_id, "agent_id", required=True)
+        stream = self._c.store.get(validate_name(request.stream, "stream")).name
+        query_id = validate_id(request.query_id, "query_id", required=bool(request.abandoned))
+        for i, mark in enumerate(request.marks):
+            _split(mark.split, f"marks[{i}].split")
+            if mark.last_offset < 0:
+                raise ValidationError(f"marks[{i}].last_offset", "must be an offset >= 0")
+        for i, r in enumerate(request.abandoned):
+            _split(r.split, f"abandoned[{i}].split")
+            if not 0 <= r.from_offset <= r.until_offset:
+                raise ValidationError(
+                    f"abandoned[{i}]",
+                    f"[{r.from_offset}, {r.until_offset}) is not a range of offsets >= 0",
+                )
         for mark in request.marks:
-            _split(mark.split, "marks.split")
             d.marks.add(stream, mark.split, mark.last_offset, mark.last_timestamp_ms)
         for r in request.abandoned:
-            _split(r.split, "abandoned.split")
             await d.abandonments.record(
                 stream,
                 query_id,
                 r.split,
                 r.from_offset,
                 r.until_offset,
-                f"cluster went away while agent {shown(request.agent_id)} read it",
+                f"cluster went away while agent {shown(agent_id)} read it",
             )
         if request.marks:
-            d.registry.hold(request.agent_id, stream, {m.split for m in request.marks})
+            d.registry.hold(agent_id, stream, {m.split for m in request.marks})
         return reader_pb2.ReportReadsResponse()
 
 

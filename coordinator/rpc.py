@@ -5,6 +5,10 @@ bounded length (a message never echoes unbounded input, and gRPC carries it
 in trailing metadata whose size is limited). A standby's
 :class:`NotLeaderError` also names the leader in the trailing metadata, for
 clients to move there. Anything else is logged and becomes ``INTERNAL``.
+
+Request bytes that do not decode (not protobuf, or a string field that is
+not UTF-8) fail before a service method runs; :class:`DecodeInterceptor`
+answers them ``INVALID_ARGUMENT`` rather than grpcio's ``UNKNOWN``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,83 @@ async def _abort(context: Ctx, error: BaseException, method: str) -> NoReturn:
         grpc.StatusCode.INTERNAL, f"internal error in {method}; see the coordinator log"
     )
     raise AssertionError("unreachable: context.abort raises")
+
+
+class _Undecodable:
+    """What a request that did not decode is handed on as."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _safe(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def safe(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as exc:
+            return _Undecodable(exc)
+
+    return safe
+
+
+async def _refuse_undecodable(request: _Undecodable, context: Ctx, method: str) -> NoReturn:
+    await context.abort(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        clip(f"the request to {method} does not decode: {request.error}"),
+    )
+    raise AssertionError("unreachable: context.abort raises")
+
+
+class DecodeInterceptor(grpc.aio.ServerInterceptor):
+    """Answers requests to ``prefix`` methods that do not decode with
+    ``INVALID_ARGUMENT`` (unary and server-streaming methods)."""
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+
+    async def intercept_service(  # type: ignore[override]  # types-grpcio: generic method
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any]:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not method.startswith(self._prefix) or handler.request_streaming:
+            return handler
+        deserializer = _safe(handler.request_deserializer)
+        if handler.response_streaming:
+            behavior_stream: Any = handler.unary_stream  # async here: an aio server
+
+            async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
+                if isinstance(request, _Undecodable):
+                    await _refuse_undecodable(request, context, method)
+                async for item in behavior_stream(request, context):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream,
+                request_deserializer=deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        behavior: Any = handler.unary_unary  # async here: an aio server
+
+        async def unary(request: Any, context: Ctx) -> Any:
+            if isinstance(request, _Undecodable):
+                await _refuse_undecodable(request, context, method)
+            return await behavior(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            unary,
+            request_deserializer=deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
 
 def unary(

@@ -36,6 +36,7 @@ from coordinator.metrics import Metrics
 from coordinator.planner_service import PlannerService
 from coordinator.probes import ProbeServer
 from coordinator.reader_service import ReaderService
+from coordinator.rpc import DecodeInterceptor
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import NotLeaderError, UnavailableError
 from multikafka_core.providers.kafka import KafkaMetadataClient
@@ -247,7 +248,8 @@ class Coordinator:
             interceptors=[
                 AuthInterceptor(
                     self.config.admin_token, self.config.reader_token, mtls=self.config.mtls
-                )
+                ),
+                DecodeInterceptor("/multikafka.v1."),
             ],
             options=[
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),

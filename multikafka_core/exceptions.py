@@ -14,6 +14,11 @@ def shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+def _printable(text: str) -> str:
+    """``text`` with lone surrogates escaped (``\\udc80``), so it encodes as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class MultikafkaError(Exception):
     """Root of every error multikafka raises on purpose."""
 
@@ -26,10 +31,12 @@ class ValidationError(MultikafkaError):
     grpc_code_name = "INVALID_ARGUMENT"
 
     def __init__(self, field: str, problem: str) -> None:
-        # A field's path holds keys of the input (document keys): cut it short.
+        # A field's path holds keys of the input (document keys): cut it short,
+        # and escape what is not text (a lone surrogate cannot be sent).
+        field = _printable(field)
         self.field = field if len(field) <= 200 else f"{field[:200]}..."
-        self.problem = problem
-        super().__init__(f"{self.field}: {problem}" if field else problem)
+        self.problem = _printable(problem)
+        super().__init__(f"{self.field}: {self.problem}" if field else self.problem)
 
 
 class NotFoundError(MultikafkaError):

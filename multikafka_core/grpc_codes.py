@@ -29,10 +29,16 @@ MAX_DETAILS = 1000
 
 
 def clip(text: str, limit: int = MAX_DETAILS) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+    """``text`` cut to ``limit`` bytes of UTF-8, saying how much was left out.
+
+    Bytes, not characters: gRPC sends the message percent-encoded in trailing
+    metadata, where 1,000 emoji (4,000 bytes, 12,000 encoded) would pass the
+    receiver's 8 KiB soft limit. Lone surrogates are escaped (``\\udc80``)."""
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= limit:
+        return data.decode("utf-8")
+    head = data[:limit].decode("utf-8", "ignore")
+    return f"{head}... ({len(data) - len(head.encode())} more bytes)"
 
 
 def leader_of(error: grpc.RpcError) -> str:

@@ -165,7 +165,9 @@ class StreamSpec:
         return doc
 
     def to_json(self, *, redact: bool = True) -> str:
-        return json.dumps(self.to_document(redact=redact), sort_keys=True)
+        # As UTF-8, not \u escapes: the 1 MiB limit counts the bytes sent,
+        # and "\u00e9" would store 3 times as many as its UTF-8.
+        return json.dumps(self.to_document(redact=redact), sort_keys=True, ensure_ascii=False)
 
     def readable_clusters(self) -> dict[str, ClusterSpec]:
         return {cid: c for cid, c in self.clusters.items() if c.state.readable}

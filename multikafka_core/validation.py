@@ -31,6 +31,11 @@ MAX_NAME = 128
 MAX_DOCUMENT_BYTES = 1024 * 1024
 #: Longest identifier a request may carry (query, agent, consumer group).
 MAX_ID = 255
+#: Largest time or duration in milliseconds (int64, as in the protos and Kafka).
+MAX_MS = 2**63 - 1
+#: A stream document is at most this many levels deep (stream, clusters,
+#: cluster, properties, value); far deeper input is refused before it is walked.
+MAX_DEPTH = 64
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
@@ -75,9 +80,11 @@ def validate_name(value: object, field: str) -> str:
     return value
 
 
-def validate_id(value: str, field: str) -> str:
+def validate_id(value: str, field: str, *, required: bool = False) -> str:
     """An identifier a request carries (query id, agent id, consumer group):
-    any text up to :data:`MAX_ID` characters."""
+    any text up to :data:`MAX_ID` characters (at least one if ``required``)."""
+    if required and not value:
+        raise ValidationError(field, "required")
     if len(value) > MAX_ID:
         raise ValidationError(
             field, f"is {len(value):,} characters long; at most {MAX_ID} are allowed"
@@ -89,24 +96,53 @@ def parse_duration_ms(value: object, field: str) -> int:
     """``1500``, ``"1500ms"``, ``"30s"``, ``"2m"``, ``"1h"`` -> milliseconds."""
     if isinstance(value, bool):
         raise ValidationError(field, "must be a duration such as 30s or 500ms, got a boolean")
+    ms: int | None = None
     if isinstance(value, int):
-        if value < 0:
-            raise ValidationError(field, "must not be negative")
-        return value
-    if isinstance(value, str):
+        ms = value
+    elif isinstance(value, str):
         m = _DURATION.fullmatch(value.strip())
         if m:
-            return int(m.group(1)) * _DURATION_MS[m.group(2)]
+            ms = int(m.group(1)) * _DURATION_MS[m.group(2)]
+    if ms is not None:
+        if ms < 0:
+            raise ValidationError(field, "must not be negative")
+        return validate_ms(ms, field)
     raise ValidationError(field, f"must be a duration such as 30s or 500ms, got {shown(value)}")
+
+
+def validate_ms(value: int, field: str) -> int:
+    """A time or duration in milliseconds that fits int64."""
+    if value > MAX_MS:
+        raise ValidationError(field, f"is {value:,} ms; at most {MAX_MS:,} (int64) is allowed")
+    return value
 
 
 def parse_stream_json(text: str | bytes, *, expected_name: str | None = None) -> StreamSpec:
     """Parse a stream document from JSON text; see :func:`parse_stream`."""
     try:
         doc = json.loads(text)
+    except RecursionError:
+        doc = None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValidationError("", f"not valid JSON: {exc}") from exc
+    if doc is None or _deeper_than(doc, MAX_DEPTH):
+        raise ValidationError("", f"nested more than {MAX_DEPTH} levels deep")
     return parse_stream(doc, expected_name=expected_name)
+
+
+def _deeper_than(doc: object, limit: int) -> bool:
+    """Whether ``doc`` nests lists and objects more than ``limit`` levels."""
+    level = [doc]
+    for _ in range(limit):
+        level = [
+            child
+            for node in level
+            if isinstance(node, (dict, list))
+            for child in (node.values() if isinstance(node, dict) else node)
+        ]
+        if not level:
+            return False
+    return any(isinstance(node, (dict, list)) for node in level)
 
 
 def parse_stream(doc: object, *, expected_name: str | None = None) -> StreamSpec:
@@ -188,12 +224,13 @@ def _parse_properties(value: object, field: str) -> Properties:
     obj = _object(value, field)
     props: dict[str, str] = {}
     for key, val in obj.items():
+        _text(key, f"{field}.{key}", "key")
         if key in _RESERVED_PROPERTIES:
             raise ValidationError(f"{field}.{key}", f"may not be set: {_RESERVED_PROPERTIES[key]}")
         if isinstance(val, bool):
             props[key] = "true" if val else "false"
         elif isinstance(val, (str, int, float)):
-            props[key] = str(val)
+            props[key] = _text(str(val), f"{field}.{key}", "value")
         else:
             raise ValidationError(
                 f"{field}.{key}", f"must be a string, number or boolean, got {_type(val)}"
@@ -220,7 +257,7 @@ def parse_starting(value: object, field: str) -> StartingPosition:
     if isinstance(value, dict) and set(value) == {"timestamp"}:
         ts = value["timestamp"]
         if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0:
-            return StartingPosition(StartKind.TIMESTAMP, ts)
+            return StartingPosition(StartKind.TIMESTAMP, validate_ms(ts, f"{field}.timestamp"))
     raise ValidationError(
         field,
         f'must be "earliest", "latest" or {{"timestamp": <ms since epoch>}}, got {shown(value)}',
@@ -249,6 +286,20 @@ def _parse_auto_failover(doc: object, clusters: Mapping[str, ClusterSpec]) -> Au
     margin_key = "margin" if "margin" in obj else "margin_ms"
     margin = parse_duration_ms(obj.get(margin_key, 30_000), f"{path}.{margin_key}")
     return AutoFailover(standby, window, strategy, margin)
+
+
+def _text(value: str, field: str, what: str) -> str:
+    """``value`` if it is text a Kafka client can take: Unicode without lone
+    surrogates (JSON's ``\\udc80`` escapes decode to them) and without NUL."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            field, f"the {what} is not Unicode text (it holds a lone surrogate such as \\udc80)"
+        ) from None
+    if "\x00" in value:
+        raise ValidationError(field, f"the {what} holds a NUL character")
+    return value
 
 
 def _object(value: object, field: str, allowed: set[str] | None = None) -> dict[str, Any]:

@@ -31,7 +31,8 @@ class PutStreamRequest(_message.Message):
     EXPECTED_VERSION_FIELD_NUMBER: _builtins.int
     document_json: _builtins.str
     """The stream document as JSON (see docs/metadata.md). Properties whose value
-    is the redaction marker keep the value already stored.
+    is the redaction marker keep the value already stored (a marker with
+    no stored value to keep is refused).
     """
     expected_version: _builtins.int
     """If non-zero, the put only succeeds when the stored version is this one."""

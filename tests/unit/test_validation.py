@@ -600,3 +600,70 @@ def test_redacted_document_loses_the_secret_but_merges_back() -> None:
     east = redacted.clusters["east"]
     merged = east.properties.merged_over(spec.clusters["east"].properties)
     assert merged == spec.clusters["east"].properties
+
+
+# -- input that is not text, too deep or too large (found by tests/integration/test_fuzz.py) --
+
+
+@pytest.mark.parametrize("where", ["key", "value"])
+def test_property_that_is_not_unicode_text_is_refused(where: str) -> None:
+    """JSON's escapes decode to lone surrogates, which no Kafka client takes."""
+    props = {"\udc80": "x"} if where == "key" else {"client.id": "a\udc80"}
+    error = invalid(doc(properties=props))
+    assert (
+        error.problem
+        == f"the {where} is not Unicode text (it holds a lone surrogate such as \\udc80)"
+    )
+    str(error).encode("utf-8")  # the message itself is sendable: escaped
+
+
+def test_property_value_with_nul_is_refused() -> None:
+    """librdkafka would silently cut the value at the NUL."""
+    error = invalid(doc(properties={"sasl.password": "ab\x00cd"}))
+    assert (error.field, error.problem) == (
+        "clusters.west.properties.sasl.password",
+        "the value holds a NUL character",
+    )
+
+
+def test_unknown_field_that_is_not_text_is_named_escaped() -> None:
+    d = copy.deepcopy(README_DOC)
+    d["\ud800"] = 1
+    error = invalid(d)
+    assert error.field == "\\ud800"
+
+
+def test_non_ascii_text_is_kept_and_stored_as_utf8() -> None:
+    spec = parse_stream(doc(properties={"client.id": "h\u00e9llo-\U0001f600"}))
+    stored = spec.to_json(redact=False)
+    assert "h\u00e9llo-\U0001f600" in stored  # not \u escapes (6 bytes for 2)
+    assert parse_stream_json(stored) == spec
+
+
+@pytest.mark.parametrize("depth", [65, 2000, 100_000])
+def test_document_nested_too_deep_is_refused(depth: int) -> None:
+    text = '{"name": "x", "extra": ' + "[" * depth + "]" * depth + "}"
+    with pytest.raises(ValidationError, match="nested more than 64 levels deep"):
+        parse_stream_json(text)
+
+
+def test_unknown_field_64_levels_deep_is_named() -> None:
+    """Up to the limit the usual error names the field."""
+    text = '{"name": "x", "extra": ' + "[" * 63 + "]" * 63 + "}"
+    with pytest.raises(ValidationError, match=r"^extra: unknown field"):
+        parse_stream_json(text)
+
+
+@pytest.mark.parametrize("value", [2**63, 10**30, "9223372036854775808ms", "2562047788016h"])
+def test_durations_beyond_int64_ms_are_refused(value: object) -> None:
+    with pytest.raises(ValidationError, match=r"at most 9,223,372,036,854,775,807 \(int64\)"):
+        parse_duration_ms(value, "margin")
+
+
+def test_largest_duration_is_int64_max() -> None:
+    assert parse_duration_ms(2**63 - 1, "margin") == 2**63 - 1
+
+
+def test_starting_timestamp_beyond_int64_is_refused() -> None:
+    with pytest.raises(ValidationError, match=r"^s\.timestamp: .*int64"):
+        parse_starting({"timestamp": 2**63}, "s")
