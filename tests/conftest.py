@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from coordinator import CoordinatorConfig
     from multikafka_core.admin_client import AdminClient
+    from reader_agent import ReaderAgent
 
 
 #: Point the integration tests at external services instead of starting etcd
@@ -186,6 +187,15 @@ def admin(coordinator: CoordinatorThread) -> Iterator[AdminClient]:
 
     with AdminClient(coordinator.address) as client:
         yield client
+
+
+@pytest.fixture
+def agents() -> Iterator[list[ReaderAgent]]:
+    """Reader agents a test makes (it appends them); closed afterwards."""
+    made: list[ReaderAgent] = []
+    yield made
+    for agent in made:
+        agent.close()
 
 
 @pytest.fixture(scope="session")

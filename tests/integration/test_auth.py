@@ -18,7 +18,7 @@ import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,14 +137,6 @@ def secure(
     make_coordinator: Callable[..., CoordinatorThread], certs: Certs, tmp_path: Path
 ) -> Secure:
     return _start_secure(make_coordinator, certs, tmp_path)
-
-
-@pytest.fixture
-def agents() -> Iterator[list[ReaderAgent]]:
-    made: list[ReaderAgent] = []
-    yield made
-    for agent in made:
-        agent.close()
 
 
 def _refused(call: Callable[[], object], code: grpc.StatusCode) -> str:

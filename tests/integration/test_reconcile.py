@@ -8,7 +8,6 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer
@@ -24,14 +23,6 @@ from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def agents() -> Iterator[list[ReaderAgent]]:
-    made: list[ReaderAgent] = []
-    yield made
-    for agent in made:
-        agent.close()
 
 
 def _agent(
