@@ -80,6 +80,20 @@ class Secured:
             options["coordinatorTokenFile"] = str(self.reader_token_file)
         return options
 
+    def wait_for_reports(self) -> None:
+        """Until the agents in Spark's Python workers have reported their
+        reads of both partitions (read marks): they reached the coordinator."""
+        duties = self.thread.coordinator.duties  # type: ignore[union-attr]
+        assert duties is not None
+        eventually(
+            lambda: all(
+                duties.marks.at_or_before(self.stream, f"east/{self.topic}/{p}", BIG_OFFSET)
+                is not None
+                for p in (0, 1)
+            ),
+            timeout_s=30,
+        )
+
 
 def _secured(
     make_coordinator: Callable[..., CoordinatorThread],
@@ -134,15 +148,7 @@ def test_query_over_tls_with_reader_token_reads_exactly_once(
 
     # The agents in Spark's Python workers reported their reads over TLS with
     # the token (read marks), and are registered (ListReaders).
-    duties = s.thread.coordinator.duties  # type: ignore[union-attr]
-    assert duties is not None
-    eventually(
-        lambda: all(
-            duties.marks.at_or_before(s.stream, f"east/{s.topic}/{p}", BIG_OFFSET) is not None
-            for p in (0, 1)
-        ),
-        timeout_s=30,
-    )
+    s.wait_for_reports()
     with s.admin() as admin:
         readers = eventually(admin.readers, timeout_s=30)
         assert len(readers) >= 1
@@ -171,15 +177,7 @@ def test_query_with_a_client_certificate_and_no_token_under_mutual_tls(
     run_available_now(spark, s.address, s.stream, out, **options)
     assert_exactly_once(sink_keys(spark, out), {"sec": RECORDS})
     # The executors' agents presented the certificate too: their reports arrived.
-    duties = s.thread.coordinator.duties  # type: ignore[union-attr]
-    assert duties is not None
-    eventually(
-        lambda: all(
-            duties.marks.at_or_before(s.stream, f"east/{s.topic}/{p}", BIG_OFFSET) is not None
-            for p in (0, 1)
-        ),
-        timeout_s=30,
-    )
+    s.wait_for_reports()
     with s.admin() as admin:
         assert eventually(admin.readers, timeout_s=30)
 
