@@ -197,7 +197,10 @@ class Election:
             self._revision = None
             self._valid_until = 0.0
             self._metrics.leader.set(0)
-            logger.warning("no longer the leader", extra={"address": self.me.address})
+            if self._stopping:  # resigned: a shutdown, not a loss
+                logger.info("resigned the leadership", extra={"address": self.me.address})
+            else:
+                logger.warning("no longer the leader", extra={"address": self.me.address})
             try:
                 await self._on_deposed()
             finally:

@@ -229,6 +229,8 @@ def demo_both_active(records: int, work_dir: Path | None = None) -> Verification
             feed.start()
         follow(spark, query, feeds, per_feed * 3, wd / "sink", timeout_s=600)
         query.stop()
+        for feed in feeds:
+            feed.stop()
         with console.status("verifying the sink"):
             result = verify(spark, wd / "sink", {f.label: per_feed for f in feeds})
         print_verification(result, "rows read per cluster")
@@ -316,6 +318,7 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
         if query.runId != run_id or not query.isActive:
             raise RuntimeError("the query restarted or stopped during the demo")
         query.stop()
+        feed.stop()
         with console.status("verifying the sink"):
             result = verify(spark, wd / "sink", {"r": records})
             result.allowed_duplicates = _margin_window(

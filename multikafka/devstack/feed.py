@@ -90,13 +90,21 @@ class SequenceProducer:
         if left:
             raise TimeoutError(f"{left} records not delivered in {timeout_s}s")
 
+    def close(self) -> None:
+        """Stop the client (it would otherwise reconnect, and log, until
+        garbage-collected)."""
+        self._producer.close()
+
 
 def fence(bootstrap: str, topic: str, partitions: int) -> None:
     """One single-record batch per partition (makes tansu's watermarks exact)."""
     producer = SequenceProducer(bootstrap, batched=False)
-    for p in range(partitions):
-        producer._producer.produce(topic, key=FENCE_KEY, value=b"", partition=p)
-    producer.flush()
+    try:
+        for p in range(partitions):
+            producer._producer.produce(topic, key=FENCE_KEY, value=b"", partition=p)
+        producer.flush()
+    finally:
+        producer.close()
 
 
 class Feed(threading.Thread):
@@ -166,6 +174,10 @@ class Feed(threading.Thread):
         if self.error is not None:
             raise RuntimeError("feed failed") from self.error
         self._fence()
+        with self._lock:
+            for producer in self._producers.values():
+                producer.close()
+            self._producers.clear()
         return len(self.sent)
 
     def _fence(self) -> None:

@@ -302,10 +302,23 @@ class CoordinatorThread:
                 self.call(self.coordinator.stop(), 30.0)
             self.coordinator = None
         if self._thread.is_alive():
+            # What is left (gRPC's call tasks, after their channel closed)
+            # ends before the loop does, as asyncio.run would see to.
+            with contextlib.suppress(Exception):
+                self.call(_end_tasks(), 10.0)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
         if not self._loop.is_closed() and not self._loop.is_running():
             self._loop.close()
+
+
+async def _end_tasks() -> None:
+    """Cancel every other task of the running loop and wait for them."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
 
 
 def temp_work_dir(prefix: str = "multikafka-") -> Path:
