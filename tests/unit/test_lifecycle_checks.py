@@ -1,5 +1,5 @@
-"""The supervisor (``coordinator/lifecycle.py``, its own checks) over the fake etcd and
-Kafka, one ``check`` at a time: automatic failover once the ACTIVE cluster has
+"""The cluster lifecycle's own checks (``coordinator/lifecycle.py``) over the fake
+etcd and Kafka, one ``check`` at a time: automatic failover once the ACTIVE cluster has
 been unreachable for the stream's window (and not before, not without a
 STANDBY standby, not without ``auto_failover``); drain offsets captured once a
 DRAINING cluster that was down answers; ``drain-complete`` recorded once,

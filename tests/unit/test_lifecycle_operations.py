@@ -1,5 +1,5 @@
-"""Cluster operations (``coordinator/lifecycle.py``, the operations an admin asks for) over the fake etcd and
-Kafka: drain captures every split's end offset into the status before the
+"""Cluster operations an admin asks for (``coordinator/lifecycle.py``) over the fake
+etcd and Kafka: drain captures every split's end offset into the status before the
 document turns DRAINING; fail, activate and failover change states and record
 history and metrics; activating a FAILED cluster waits until no running query
 holds its splits; invalid requests are refused; every write is conditional, so
