@@ -119,14 +119,15 @@ def validate_ms(value: int, field: str) -> int:
 
 def parse_stream_json(text: str | bytes, *, expected_name: str | None = None) -> StreamSpec:
     """Parse a stream document from JSON text; see :func:`parse_stream`."""
+    too_deep = ValidationError("", f"nested more than {MAX_DEPTH} levels deep")
     try:
         doc = json.loads(text)
     except RecursionError:
-        doc = None
+        raise too_deep from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValidationError("", f"not valid JSON: {exc}") from exc
-    if doc is None or _deeper_than(doc, MAX_DEPTH):
-        raise ValidationError("", f"nested more than {MAX_DEPTH} levels deep")
+    if _deeper_than(doc, MAX_DEPTH):
+        raise too_deep
     return parse_stream(doc, expected_name=expected_name)
 
 

@@ -667,3 +667,8 @@ def test_largest_duration_is_int64_max() -> None:
 def test_starting_timestamp_beyond_int64_is_refused() -> None:
     with pytest.raises(ValidationError, match=r"^s\.timestamp: .*int64"):
         parse_starting({"timestamp": 2**63}, "s")
+
+
+def test_json_null_is_not_an_object_not_too_deep() -> None:
+    with pytest.raises(ValidationError, match="must be an object, got null"):
+        parse_stream_json("null")
