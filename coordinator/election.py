@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
-from coordinator.etcd import Etcd, Fence
+from coordinator.etcd import MALFORMED, Etcd, Fence
 from coordinator.metrics import Metrics
 from multikafka_core.exceptions import UnavailableError
 
@@ -60,7 +60,7 @@ class Replica:
             if not isinstance(replica_id, str) or not isinstance(address, str):
                 return None
             return cls(replica_id, address, int(doc.get("since_ms", 0)))
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except MALFORMED:
             return None
 
 

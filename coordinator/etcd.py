@@ -15,7 +15,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import aetcd
@@ -25,6 +24,7 @@ from aetcd import rpc, watcher
 
 from coordinator.config import EtcdConfig, EtcdEndpoint
 from multikafka_core.exceptions import ConflictError, UnavailableError
+from multikafka_core.transport import read_pem
 
 logger = logging.getLogger(__name__)
 
@@ -138,22 +138,18 @@ class _Client(aetcd.Client):  # type: ignore[misc]
 def _credentials(config: EtcdConfig) -> grpc.ChannelCredentials | None:
     if not config.tls:
         return None
-
-    def read(path: str) -> bytes | None:
-        return Path(path).read_bytes() if path else None
-
     return grpc.ssl_channel_credentials(
-        root_certificates=read(config.ca),
-        private_key=read(config.key),
-        certificate_chain=read(config.cert),
+        root_certificates=read_pem(config.ca),
+        private_key=read_pem(config.key),
+        certificate_chain=read_pem(config.cert),
     )
 
 
 class Etcd:
     """The coordinator's etcd client."""
 
-    def __init__(self, config: EtcdConfig | EtcdEndpoint, *, timeout_s: float = 5.0) -> None:
-        self.config = config if isinstance(config, EtcdConfig) else EtcdConfig((config,))
+    def __init__(self, config: EtcdConfig, *, timeout_s: float = 5.0) -> None:
+        self.config = config
         self._timeout_s = timeout_s
         self._credentials = _credentials(self.config)
         self._index = 0
@@ -175,8 +171,11 @@ class Etcd:
             credentials=self._credentials,
         )
 
-    async def _move(self, why: BaseException) -> None:
-        """Leave the current member for the next one (a single one: reconnect)."""
+    async def _move(self, why: BaseException, failed: _Client) -> None:
+        """Leave the member ``failed`` for the next one (a single one:
+        reconnect), unless another call has moved on already."""
+        if failed is not self._client:
+            return
         old = self._client
         self._index = (self._index + 1) % len(self.config.endpoints)
         self._client = self._new_client()
@@ -206,8 +205,8 @@ class Etcd:
                 await client.close()
             raise UnavailableError(f"etcd at {self.endpoint}: {exc}") from exc
         except aetcd.exceptions.ClientError as exc:
-            if isinstance(exc, _MEMBER_DOWN) and client is self._client:
-                await self._move(exc)
+            if isinstance(exc, _MEMBER_DOWN):
+                await self._move(exc, client)
             raise UnavailableError(
                 f"etcd at {self.endpoint}: {type(exc).__name__}: {str(exc)[:300]}"
             ) from exc
@@ -309,6 +308,7 @@ class Etcd:
         one list per etcd revision (the writes of one transaction arrive
         together), in revision order. Raises :class:`Compacted` or
         :class:`UnavailableError` when the watch breaks."""
+        client = self._client
         try:
             watch = await self._call(
                 lambda c: c.watch(
@@ -347,7 +347,7 @@ class Etcd:
                     raise Compacted(str(item)) from item
                 if isinstance(item, BaseException):
                     if isinstance(item, _MEMBER_DOWN):
-                        await self._move(item)
+                        await self._move(item, client)
                     # any break of the stream (gRPC errors surface unwrapped)
                     raise UnavailableError(
                         f"etcd watch at {self.endpoint} broke: {str(item)[:300]}"
@@ -447,10 +447,6 @@ class FencedEtcd:
         self.grant_lease = etcd.grant_lease
         self.refresh_lease = etcd.refresh_lease
         self.revoke_lease = etcd.revoke_lease
-
-    @property
-    def endpoint(self) -> EtcdEndpoint:
-        return self._etcd.endpoint
 
     async def _fenced(self, write: Callable[[Fence], Awaitable[T]]) -> T:
         fence = self._fence()
