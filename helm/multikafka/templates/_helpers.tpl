@@ -38,6 +38,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
+Labels of the coordinator's objects.
+*/}}
+{{- define "multikafka.coordinator.labels" -}}
+{{ include "multikafka.labels" . }}
+app.kubernetes.io/component: coordinator
+{{- end }}
+
+{{/*
 Selector labels of the coordinator (component keeps etcd pods out of it).
 */}}
 {{- define "multikafka.selectorLabels" -}}
@@ -100,26 +108,31 @@ creates, <fullname>-<name>, under the key <name>.
 {{- end }}
 
 {{/*
-The external etcd's TLS and auth; both empty with the embedded etcd.
-*/}}
-{{- define "multikafka.etcd.tlsSecret" -}}
-{{- if not .Values.etcd.embedded.enabled }}
-{{- .Values.etcd.external.tls.secretName }}
-{{- end }}
-{{- end }}
-
-{{/*
-"<secret name>/<key>" of the etcd password, or "".
+"<secret name>/<key>" of the external etcd's password, or "". (multikafka.validate
+refuses auth without a username, and any auth with the embedded etcd.)
 */}}
 {{- define "multikafka.etcd.passwordRef" -}}
 {{- $auth := .Values.etcd.external.auth }}
-{{- if and (not .Values.etcd.embedded.enabled) $auth.username }}
 {{- if $auth.existingSecret }}
 {{- printf "%s/%s" $auth.existingSecret ($auth.passwordKey | default "password") }}
 {{- else if $auth.password }}
 {{- printf "%s-etcd-auth/password" (include "multikafka.fullname" .) }}
 {{- end }}
 {{- end }}
+
+{{/*
+A Secret volume with one key as one file, readable by the pod's group
+(fsGroup) only. Called with (dict "name" <volume> "secretKey" (list <secret
+name> <key>) "path" <file name>).
+*/}}
+{{- define "multikafka.secretFileVolume" -}}
+- name: {{ .name }}
+  secret:
+    secretName: {{ index .secretKey 0 }}
+    defaultMode: 0440
+    items:
+      - key: {{ index .secretKey 1 }}
+        path: {{ .path }}
 {{- end }}
 
 {{/*
