@@ -29,11 +29,19 @@ S = TypeVar("S")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 Ctx = grpc.aio.ServicerContext[Any, Any]
+#: Server pushback of gRPC's retry policy; a negative value: do not retry.
+_NO_RETRY_KEY = "grpc-retry-pushback-ms"
 
 
 async def _abort(context: Ctx, error: BaseException, method: str) -> NoReturn:
     if isinstance(error, MultikafkaError):
-        metadata = ((LEADER_KEY, error.leader),) if isinstance(error, NotLeaderError) else ()
+        # A standby's refusal names the leader, and tells gRPC not to retry
+        # it here (a retry would meet the same standby): the client moves.
+        metadata = (
+            ((LEADER_KEY, error.leader), (_NO_RETRY_KEY, "-1"))
+            if isinstance(error, NotLeaderError)
+            else ()
+        )
         await context.abort(to_grpc_code(error), clip(str(error)), trailing_metadata=metadata)
     logger.error("unexpected error in %s", method, exc_info=error)
     await context.abort(

@@ -140,12 +140,17 @@ class Coordinators:
         return self._address
 
     def channel(self) -> grpc.Channel:
+        return self.target()[1]
+
+    def target(self) -> tuple[str, grpc.Channel]:
+        """The replica calls go to now, and its channel (pass the address to
+        :meth:`moved` when the call fails)."""
         with self._lock:
             address = self._address
             ch = self._channels.get(address)
             if ch is None:
                 ch = self._channels[address] = self._open(address)
-            return ch
+            return address, ch
 
     def _open(self, address: str) -> grpc.Channel:
         if not self.config.tls:
@@ -165,11 +170,21 @@ class Coordinators:
     def _given_host(self) -> str:
         return self.config.addresses[0].rpartition(":")[0].strip("[]")
 
-    def moved(self, error: BaseException) -> None:
-        """After a failed call: go to the leader a standby named, else to the
-        next configured address."""
-        leader = leader_of(error) if isinstance(error, grpc.RpcError) else ""
+    def moved(self, error: BaseException, address: str) -> None:
+        """After a call to ``address`` failed: if the replica is away or a
+        standby (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``), go to the leader a
+        standby named, else to the next configured address. Other failures
+        (a refusal, a cancelled call) stay; so do failures of an address
+        calls have already left (several threads fail on one dead replica,
+        and move once)."""
+        if not isinstance(error, grpc.RpcError) or not isinstance(error, grpc.Call):
+            return
+        if error.code() not in RETRYABLE:
+            return
+        leader = leader_of(error)
         with self._lock:
+            if address != self._address:
+                return
             if leader and leader != self._address:
                 self._address = leader
             elif len(self.config.addresses) > 1 or self._address not in self.config.addresses:
@@ -192,11 +207,11 @@ class Coordinators:
         is raised as a :class:`MultikafkaError` (chained to the gRPC error)."""
 
         def attempt() -> T:
+            address, channel = self.target()
             try:
-                return fn(self.channel(), self.metadata)
+                return fn(channel, self.metadata)
             except grpc.RpcError as exc:
-                if isinstance(exc, grpc.Call) and exc.code() in RETRYABLE:
-                    self.moved(exc)
+                self.moved(exc, address)
                 raise
 
         try:

@@ -39,7 +39,6 @@ class CoordinatorLink:
         heartbeat_interval_s: float = 2.0,
         retry_s: float = 0.5,
     ) -> None:
-        self.address = str(config)
         self.agent_id = agent_id
         self._on_event = on_event
         self._stats = stats
@@ -49,6 +48,8 @@ class CoordinatorLink:
         self._threads = BackgroundThreads(f"multikafka-link-{config.addresses[0]}")
         self._beat = threading.Event()
         self._stream: Any = None
+        #: The replica the subscription follows (or last tried).
+        self._following = ""
         self._registered = threading.Event()
 
     def start(self) -> None:
@@ -63,9 +64,10 @@ class CoordinatorLink:
         self._threads.stop()
         self._coordinators.close()
 
-    @property
-    def _stub(self) -> reader_pb2_grpc.ReaderStub:
-        return reader_pb2_grpc.ReaderStub(self._coordinators.channel())
+    def _stub(self) -> tuple[str, reader_pb2_grpc.ReaderStub]:
+        """The replica calls go to now, and a stub on it."""
+        address, channel = self._coordinators.target()
+        return address, reader_pb2_grpc.ReaderStub(channel)
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return self._coordinators.metadata
@@ -76,18 +78,19 @@ class CoordinatorLink:
 
     def report(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
         request.agent_id = self.agent_id
+        address, stub = self._stub()
         try:
-            self._stub.ReportReads(request, metadata=self._metadata(), timeout=timeout_s)
+            stub.ReportReads(request, metadata=self._metadata(), timeout=timeout_s)
         except grpc.RpcError as exc:
-            self._coordinators.moved(exc)
+            self._coordinators.moved(exc, address)
             # Losing marks only makes failover translation more conservative.
             logger.warning(
                 "could not report reads to the coordinator: %s",
                 exc.code() if isinstance(exc, grpc.Call) else exc,
             )
 
-    def _register(self) -> None:
-        self._stub.Register(
+    def _register(self, stub: reader_pb2_grpc.ReaderStub) -> None:
+        stub.Register(
             reader_pb2.RegisterRequest(
                 agent_id=self.agent_id, host=socket.gethostname(), pid=os.getpid()
             ),
@@ -116,12 +119,13 @@ class CoordinatorLink:
     def _broke(self, exc: BaseException, delay_s: float) -> None:
         code = exc.code() if isinstance(exc, grpc.Call) else exc
         logger.debug("subscription to %s broke (%s); retrying", self._coordinators.address, code)
-        self._coordinators.moved(exc)
+        self._coordinators.moved(exc, self._following)
         self._registered.clear()
 
     def _follow(self) -> None:
-        self._register()
-        self._stream = self._stub.Subscribe(
+        self._following, stub = self._stub()
+        self._register(stub)
+        self._stream = stub.Subscribe(
             reader_pb2.SubscribeRequest(agent_id=self.agent_id), metadata=self._metadata()
         )
         for event in self._stream:
@@ -132,8 +136,9 @@ class CoordinatorLink:
         if not self._registered.is_set():
             return
         applied, stats = self._stats()
+        address, stub = self._stub()
         try:
-            resp = self._stub.Heartbeat(
+            resp = stub.Heartbeat(
                 reader_pb2.HeartbeatRequest(
                     agent_id=self.agent_id, applied_generation=applied, sub_readers=stats
                 ),
@@ -141,8 +146,8 @@ class CoordinatorLink:
                 timeout=5,
             )
         except grpc.RpcError as exc:
-            logger.debug("heartbeat to %s failed", self._coordinators.address)
-            self._coordinators.moved(exc)
+            logger.debug("heartbeat to %s failed", address)
+            self._coordinators.moved(exc, address)
             return
         if not resp.known:
             # The coordinator restarted or expired us: register and subscribe
