@@ -25,7 +25,7 @@ from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
 from multikafka_core._secrets import REDACTED, is_secret
 from multikafka_core.exceptions import UnavailableError, ValidationError, shown
-from multikafka_core.model import ClusterSpec, FailoverStrategy, StreamSpec
+from multikafka_core.model import DEFAULT_MARGIN_MS, ClusterSpec, FailoverStrategy, StreamSpec
 from multikafka_core.v1 import admin_pb2, admin_pb2_grpc
 from multikafka_core.validation import MAX_DOCUMENT_BYTES, parse_stream_json, validate_name
 
@@ -183,14 +183,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             raise ValidationError(
                 "strategy", f"unknown strategy {shown(request.strategy)}; use timestamp or identity"
             ) from None
-        if request.margin_ms < 0:
-            raise ValidationError("margin_ms", "must not be negative")
         view = await self._c.leading().lifecycle.failover(
             stream,
             src,
             dst,
             strategy=strategy,
-            margin_ms=request.margin_ms if request.HasField("margin_ms") else 30_000,
+            margin_ms=request.margin_ms if request.HasField("margin_ms") else DEFAULT_MARGIN_MS,
             reason=request.reason,
         )
         return self._info(view)

@@ -36,7 +36,7 @@ from multikafka_core.exceptions import (
     UnavailableError,
     ValidationError,
 )
-from multikafka_core.model import ClusterState, FailoverStrategy, StreamSpec
+from multikafka_core.model import DEFAULT_MARGIN_MS, ClusterState, FailoverStrategy, StreamSpec
 from multikafka_core.offsets import clusters_of
 from multikafka_core.providers import OffsetQuery
 
@@ -164,7 +164,7 @@ class ClusterLifecycle:
         to_cluster: str,
         *,
         strategy: FailoverStrategy = FailoverStrategy.TIMESTAMP,
-        margin_ms: int = 30_000,
+        margin_ms: int = DEFAULT_MARGIN_MS,
         reason: str = "",
         automatic: bool = False,
     ) -> StreamView:

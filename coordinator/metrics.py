@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.exposition import generate_latest
 
 _PER_CLUSTER = ("stream", "cluster")
 
@@ -145,6 +144,3 @@ class Metrics:
         for family in (self.generation, self.rejected, self.reconciles):
             with contextlib.suppress(KeyError):
                 family.remove(stream)
-
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)

@@ -3,11 +3,12 @@ HTTP so that Kubernetes' probes work even when gRPC speaks TLS.
 
 * ``GET /metrics``: Prometheus text.
 * ``GET /healthz``: 200 while the process serves HTTP (liveness).
-* ``GET /readyz``: 200 when this replica can serve (the leader, or a standby
-  with a warm copy of the metadata that knows the leader), else 503. It is
-  not "is the leader": a leader-only readiness would keep standbys NotReady
-  for good and a rolling update would never finish; standbys send clients to
-  the leader themselves.
+* ``GET /readyz``: 200 when this replica can serve (etcd reachable and a
+  warm copy of the metadata; a leader is not required, so during a takeover
+  a Service keeps endpoints that answer "retry"), else 503. It is not "is
+  the leader": a leader-only readiness would keep standbys NotReady for good
+  and a rolling update would never finish; standbys send clients to the
+  leader themselves.
 * ``GET /leader``: 200 on the leader only.
 """
 

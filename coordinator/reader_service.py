@@ -39,7 +39,6 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         d = self._c.leading()
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
         await d.registry.register(agent_id, validate_id(request.host, "host"), request.pid)
-        d.metrics.readers.set(len(d.registry.agents()))
         return reader_pb2.RegisterResponse(
             generation=d.reconciler.generation, heartbeat_interval_ms=self._heartbeat_ms
         )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from multikafka_core.model import FailoverStrategy, StreamSpec
+from multikafka_core.model import DEFAULT_MARGIN_MS, FailoverStrategy, StreamSpec
 
 #: Failover records kept per stream (a query restarted from an old checkpoint
 #: still finds how to translate its offsets).
@@ -48,7 +48,7 @@ class FailoverRecord:
             str(doc["from"]),
             str(doc["to"]),
             FailoverStrategy(doc.get("strategy", "timestamp")),
-            int(doc.get("margin_ms", 30_000)),
+            int(doc.get("margin_ms", DEFAULT_MARGIN_MS)),
             int(doc.get("at_ms", 0)),
             str(doc.get("reason", "")),
             bool(doc.get("automatic", False)),

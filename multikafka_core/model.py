@@ -125,6 +125,10 @@ class FailoverStrategy(str, enum.Enum):
     IDENTITY = "identity"
 
 
+#: How far back a timestamp failover starts, unless told otherwise.
+DEFAULT_MARGIN_MS = 30_000
+
+
 @dataclass(frozen=True)
 class AutoFailover:
     """Automatic failover of a stream to a named standby cluster."""
@@ -134,7 +138,7 @@ class AutoFailover:
     #: How long the active cluster must stay unreachable before failing over.
     unreachable_after_ms: int
     strategy: FailoverStrategy = FailoverStrategy.TIMESTAMP
-    margin_ms: int = 30_000
+    margin_ms: int = DEFAULT_MARGIN_MS
 
     def to_document(self) -> dict[str, Any]:
         return {

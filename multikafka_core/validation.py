@@ -16,6 +16,7 @@ from typing import Any
 from multikafka_core._secrets import Properties
 from multikafka_core.exceptions import ValidationError, shown
 from multikafka_core.model import (
+    DEFAULT_MARGIN_MS,
     AutoFailover,
     ClusterSpec,
     ClusterState,
@@ -285,7 +286,7 @@ def _parse_auto_failover(doc: object, clusters: Mapping[str, ClusterSpec]) -> Au
             f"{path}.strategy", f"unknown strategy {shown(strategy_raw)}; use timestamp or identity"
         ) from None
     margin_key = "margin" if "margin" in obj else "margin_ms"
-    margin = parse_duration_ms(obj.get(margin_key, 30_000), f"{path}.{margin_key}")
+    margin = parse_duration_ms(obj.get(margin_key, DEFAULT_MARGIN_MS), f"{path}.{margin_key}")
     return AutoFailover(standby, window, strategy, margin)
 
 
