@@ -5,7 +5,6 @@ coordinator restarts, and printed by ``multikafka admin streams history``."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -13,9 +12,8 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 from coordinator.etcd import MALFORMED, EtcdClient
+from coordinator.per_stream import ChangedStreams
 from multikafka_core.background import BackgroundTasks
-from multikafka_core.exceptions import UnavailableError
-from multikafka_core.retry import Backoff, retry_async
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +35,9 @@ class History:
         self._etcd = etcd
         self._prefix = f"{prefix}/history/"
         self._size = size
-        self._backoff = Backoff.constant(retry_s)
+        self._retry_s = retry_s
         self._entries: dict[str, deque[Entry]] = {}
-        self._dirty: set[str] = set()
+        self._dirty = ChangedStreams(etcd, self._prefix, self._encode, "history")
         self._changed = asyncio.Event()
         self._tasks = BackgroundTasks("history")
 
@@ -54,19 +52,13 @@ class History:
             self._entries[kv.key[len(self._prefix) :]] = deque(items, maxlen=self._size)
 
     def start(self) -> None:
-        self._tasks.run("persist", self._persist)
+        """Write changes at once, and again after ``retry_s`` while etcd is away."""
+        self._tasks.every("persist", self._retry_s, self.flush, wake=self._changed)
 
     async def stop(self) -> None:
         """Stop persisting in the background, then try once to write what is left."""
         await self._tasks.stop()
-        with contextlib.suppress(UnavailableError):
-            await self.flush()
-
-    async def _persist(self) -> None:
-        while True:
-            await self._changed.wait()
-            self._changed.clear()
-            await retry_async(self.flush, on=(UnavailableError,), backoff=self._backoff)
+        await self.flush()
 
     def record(
         self, stream: str, kind: str, *, cluster: str = "", detail: str = "", generation: int = 0
@@ -93,18 +85,10 @@ class History:
         self._changed.set()
 
     async def flush(self) -> None:
-        """Write every changed stream's history (UnavailableError when etcd
-        does not take it: what is left is written next time)."""
-        while self._dirty:
-            stream = self._dirty.pop()
-            key = self._prefix + stream
-            try:
-                if stream in self._entries:
-                    raw = json.dumps([asdict(e) for e in self._entries[stream]]).encode()
-                    await self._etcd.put(key, raw)
-                else:
-                    await self._etcd.delete(key)
-            except UnavailableError:
-                logger.warning("could not persist history", extra={"stream": stream})
-                self._dirty.add(stream)
-                raise
+        """Write every changed stream's history (what etcd does not take now
+        is written next time)."""
+        await self._dirty.flush()
+
+    def _encode(self, stream: str) -> bytes | None:
+        entries = self._entries.get(stream)
+        return None if entries is None else json.dumps([asdict(e) for e in entries]).encode()

@@ -14,8 +14,8 @@ import json
 import logging
 
 from coordinator.etcd import MALFORMED, EtcdClient
+from coordinator.per_stream import ChangedStreams
 from multikafka_core.background import BackgroundTasks
-from multikafka_core.exceptions import UnavailableError
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class ReadMarks:
         self._flush_interval_s = flush_interval_s
         #: stream -> split -> sorted [(offset, timestamp_ms)]
         self._marks: dict[str, dict[str, list[tuple[int, int]]]] = {}
-        self._dirty: set[str] = set()
+        self._dirty = ChangedStreams(etcd, self._prefix, self._encode, "read marks")
         self._tasks = BackgroundTasks("read marks")
 
     async def load(self) -> None:
@@ -75,15 +75,10 @@ class ReadMarks:
             self._dirty.add(stream)
 
     async def flush(self) -> None:
-        for stream in list(self._dirty):
-            self._dirty.discard(stream)
-            key = self._prefix + stream
-            try:
-                if stream in self._marks:
-                    await self._etcd.put(key, json.dumps(self._marks[stream]).encode())
-                else:
-                    await self._etcd.delete(key)
-            except UnavailableError:
-                self._dirty.add(stream)
-                logger.warning("could not persist read marks", extra={"stream": stream})
-                return
+        """Write every changed stream's marks (what etcd does not take now is
+        written next time)."""
+        await self._dirty.flush()
+
+    def _encode(self, stream: str) -> bytes | None:
+        marks = self._marks.get(stream)
+        return None if marks is None else json.dumps(marks).encode()
