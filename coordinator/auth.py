@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import enum
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+
+from coordinator.rpc import handler_like
 
 ADMIN_PREFIX = "/multikafka.v1.Admin/"
 READER_PREFIXES = ("/multikafka.v1.Planner/", "/multikafka.v1.Reader/")
@@ -99,18 +101,10 @@ def _deny(
         await context.abort(code, message)
         raise AssertionError("unreachable: context.abort raises")
 
-    async def abort_stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def abort_stream(
+        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
         await context.abort(code, message)
         yield  # pragma: no cover - makes this an async generator
 
-    if handler is not None and handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(
-            abort_stream,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    return grpc.unary_unary_rpc_method_handler(
-        abort,
-        request_deserializer=handler.request_deserializer if handler else None,
-        response_serializer=handler.response_serializer if handler else None,
-    )
+    return handler_like(handler, abort, abort_stream)

@@ -50,6 +50,27 @@ async def _abort(context: Ctx, error: BaseException, method: str) -> NoReturn:
     raise AssertionError("unreachable: context.abort raises")
 
 
+def handler_like(
+    handler: grpc.RpcMethodHandler[Any, Any] | None,
+    unary: Callable[[Any, Ctx], Awaitable[Any]],
+    stream: Callable[[Any, Ctx], AsyncIterator[Any]],
+    *,
+    request_deserializer: Callable[[bytes], Any] | None = None,
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler of ``handler``'s kind running ``stream`` (server-streaming)
+    or ``unary`` (otherwise), with its serializers; ``request_deserializer``
+    replaces its deserializer."""
+    deserializer = request_deserializer or (handler.request_deserializer if handler else None)
+    serializer = handler.response_serializer if handler else None
+    if handler is not None and handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(
+            stream, request_deserializer=deserializer, response_serializer=serializer
+        )
+    return grpc.unary_unary_rpc_method_handler(
+        unary, request_deserializer=deserializer, response_serializer=serializer
+    )
+
+
 class _Undecodable:
     """What a request that did not decode is handed on as."""
 
@@ -98,32 +119,23 @@ class DecodeInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         if handler is None or not method.startswith(self._prefix) or handler.request_streaming:
             return handler
-        deserializer = _safe(handler.request_deserializer)
-        if handler.response_streaming:
-            behavior_stream: Any = handler.unary_stream  # async here: an aio server
-
-            async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
-                if isinstance(request, _Undecodable):
-                    await _refuse_undecodable(request, context, method)
-                async for item in behavior_stream(request, context):
-                    yield item
-
-            return grpc.unary_stream_rpc_method_handler(
-                stream,
-                request_deserializer=deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        behavior: Any = handler.unary_unary  # async here: an aio server
+        # Behaviors are coroutines here (an aio server).
+        behavior: Any = handler.unary_unary
+        behavior_stream: Any = handler.unary_stream
 
         async def unary(request: Any, context: Ctx) -> Any:
             if isinstance(request, _Undecodable):
                 await _refuse_undecodable(request, context, method)
             return await behavior(request, context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            unary,
-            request_deserializer=deserializer,
-            response_serializer=handler.response_serializer,
+        async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
+            if isinstance(request, _Undecodable):
+                await _refuse_undecodable(request, context, method)
+            async for item in behavior_stream(request, context):
+                yield item
+
+        return handler_like(
+            handler, unary, stream, request_deserializer=_safe(handler.request_deserializer)
         )
 
 
