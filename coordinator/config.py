@@ -153,15 +153,9 @@ class CoordinatorConfig:
         """Defaults, then ``MULTIKAFKA_*`` variables, then ``overrides``
         (``None`` values are ignored)."""
         values: dict[str, object] = {}
-        if env.get(env.ETCD) or env.get(env.ETCD_CA) or env.get(env.ETCD_USER):
-            values["etcd"] = etcd_from(
-                env.get(env.ETCD, "http://127.0.0.1:2379"),
-                ca=env.get(env.ETCD_CA),
-                cert=env.get(env.ETCD_CERT),
-                key=env.get(env.ETCD_KEY),
-                username=env.get(env.ETCD_USER),
-                password_file=env.get(env.ETCD_PASSWORD_FILE),
-            )
+        etcd = etcd_settings()
+        if etcd is not None:
+            values["etcd"] = etcd
         for name, variable in (
             ("etcd_prefix", env.ETCD_PREFIX),
             ("listen", env.LISTEN),
@@ -184,6 +178,28 @@ class CoordinatorConfig:
             values["lease_ttl_s"] = _seconds(env.get(env.LEASE_TTL), env.LEASE_TTL)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+#: Where each etcd setting comes from when no flag gives it.
+_ETCD_VARIABLES = {
+    "urls": env.ETCD,
+    "ca": env.ETCD_CA,
+    "cert": env.ETCD_CERT,
+    "key": env.ETCD_KEY,
+    "username": env.ETCD_USER,
+    "password_file": env.ETCD_PASSWORD_FILE,
+}
+
+
+def etcd_settings(**flags: str | None) -> EtcdConfig | None:
+    """etcd settings, each from its flag (``urls``, ``ca``, ``cert``, ``key``,
+    ``username``, ``password_file``) or else its ``MULTIKAFKA_ETCD*``
+    variable; ``None`` when none is given (the default local etcd)."""
+    values = {name: flags.get(name) or env.get(var) for name, var in _ETCD_VARIABLES.items()}
+    if not any(values.values()):
+        return None
+    urls = values.pop("urls") or "http://127.0.0.1:2379"
+    return etcd_from(urls, **values)
 
 
 def etcd_from(

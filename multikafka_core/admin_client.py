@@ -7,8 +7,6 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import grpc
-
 from multikafka_core.transport import ConnectConfig, Coordinators, read_pem
 from multikafka_core.v1 import admin_pb2, admin_pb2_grpc
 
@@ -51,11 +49,14 @@ class AdminClient:
         method: Callable[[admin_pb2_grpc.AdminStub], Callable[..., R]],
         request: Any,
     ) -> R:
-        def call(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> R:
-            stub = admin_pb2_grpc.AdminStub(channel)
-            return method(stub)(request, metadata=metadata, timeout=self._timeout_s)
-
-        return self._coordinators.call(what, call, deadline_s=self._timeout_s)
+        return self._coordinators.unary(
+            what,
+            admin_pb2_grpc.AdminStub,
+            method,
+            request,
+            timeout_s=self._timeout_s,
+            deadline_s=self._timeout_s,
+        )
 
     def put_stream(
         self, document: str | dict[str, Any], expected_version: int = 0

@@ -76,9 +76,12 @@ def read_secret(path: str, what: str) -> str:
     return value
 
 
-def secret(variable: str, file_variable: str) -> str:
-    """A secret from ``variable`` (its value) or ``file_variable`` (a file
-    holding it); both set is an error."""
+def secret(variable: str, file_variable: str, *, file: str = "", what: str = "") -> str:
+    """A secret from ``file`` (a file named by a flag or option, ``what``),
+    else ``variable`` (its value) or ``file_variable`` (a file holding it);
+    both variables set is an error."""
+    if file:
+        return read_secret(file, what)
     value, path = get(variable), get(file_variable)
     if value and path:
         raise ValidationError(variable, f"set either {variable} or {file_variable}, not both")

@@ -11,8 +11,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import grpc
-
 from multikafka_core import offsets as ov
 from multikafka_core.exceptions import UnavailableError
 from multikafka_core.transport import ConnectConfig, Coordinators
@@ -56,11 +54,14 @@ class PlannerClient:
         if self._coordinators is None:
             self._coordinators = Coordinators(self.config)
 
-        def call(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> R:
-            stub = planner_pb2_grpc.PlannerStub(channel)
-            return method(stub)(request, metadata=metadata, timeout=self._call_timeout_s)
-
-        return self._coordinators.call(what, call, deadline_s=self._timeout_s)
+        return self._coordinators.unary(
+            what,
+            planner_pb2_grpc.PlannerStub,
+            method,
+            request,
+            timeout_s=self._call_timeout_s,
+            deadline_s=self._timeout_s,
+        )
 
     def resolve(self, stream: str, position: planner_pb2.Position) -> tuple[ov.OffsetVector, int]:
         req = planner_pb2.ResolveOffsetsRequest(stream=stream, position=position)

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import grpc
 
+from multikafka_core import env
 from multikafka_core.exceptions import ValidationError, shown
 from multikafka_core.grpc_codes import from_rpc_error, leader_of
 from multikafka_core.retry import Backoff, retry
@@ -29,6 +30,8 @@ from multikafka_core.retry import Backoff, retry
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+S = TypeVar("S")
+R = TypeVar("R")
 
 #: Calls that may be retried: the coordinator is away or is a standby.
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -113,6 +116,20 @@ class ConnectConfig:
         if bool(options.get("cert")) != bool(options.get("key")):
             raise ValidationError("coordinator", "a client certificate needs its key, and back")
         return cls(addresses, **options)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_files(
+        cls, coordinator: str, *, token: str, ca: str = "", cert: str = "", key: str = ""
+    ) -> ConnectConfig:
+        """:meth:`parse` with the PEM files read now; the CA defaults to
+        ``MULTIKAFKA_TLS_CA``."""
+        return cls.parse(
+            coordinator,
+            tls_ca=read_pem(ca or env.get(env.TLS_CA)),
+            cert=read_pem(cert),
+            key=read_pem(key),
+            token=token,
+        )
 
     @property
     def tls(self) -> bool:
@@ -225,6 +242,24 @@ class Coordinators:
             )
         except grpc.RpcError as exc:
             raise from_rpc_error(exc, f"coordinator {self._address}: {what}") from exc
+
+    def unary(
+        self,
+        what: str,
+        stub: Callable[[grpc.Channel], S],
+        method: Callable[[S], Callable[..., R]],
+        request: object,
+        *,
+        timeout_s: float,
+        deadline_s: float,
+    ) -> R:
+        """``method(stub)(request)`` through :meth:`call`, each attempt
+        given ``timeout_s``."""
+
+        def call(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> R:
+            return method(stub(channel))(request, metadata=metadata, timeout=timeout_s)
+
+        return self.call(what, call, deadline_s=deadline_s)
 
     def close(self) -> None:
         with self._lock:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from multikafka_core import env
 from multikafka_core import offsets as ov
 from multikafka_core.exceptions import ValidationError
-from multikafka_core.transport import ConnectConfig, read_pem
+from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 
 Position = planner_pb2.Position
@@ -106,18 +106,17 @@ def connect_config(o: SourceOptions) -> ConnectConfig:
     """How the query reaches the coordinator, files read now (on the driver):
     the CA, client certificate and reader token then travel inside each
     task, so executors need no file of their own."""
-    token = (
-        env.read_secret(o.coordinator_token_file, "option coordinatorTokenFile")
-        if o.coordinator_token_file
-        else env.secret(env.READER_TOKEN, env.READER_TOKEN_FILE)
-    )
-    ca = o.coordinator_tls_ca or env.get(env.TLS_CA)
-    return ConnectConfig.parse(
+    return ConnectConfig.from_files(
         o.coordinator,
-        tls_ca=read_pem(ca),
-        cert=read_pem(o.coordinator_tls_cert),
-        key=read_pem(o.coordinator_tls_key),
-        token=token,
+        ca=o.coordinator_tls_ca,
+        cert=o.coordinator_tls_cert,
+        key=o.coordinator_tls_key,
+        token=env.secret(
+            env.READER_TOKEN,
+            env.READER_TOKEN_FILE,
+            file=o.coordinator_token_file,
+            what="option coordinatorTokenFile",
+        ),
     )
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from multikafka_core import env
 from multikafka_core.admin_client import AdminClient
 from multikafka_core.exceptions import MultikafkaError
-from multikafka_core.transport import ConnectConfig, read_pem
+from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import admin_pb2
 from multikafka_core.validation import parse_duration_ms
 
@@ -109,17 +109,14 @@ def admin_group(
     """Manage streams and clusters on a running coordinator."""
 
     def connect() -> ConnectConfig:
-        token = (
-            env.read_secret(token_file, "--token-file")
-            if token_file
-            else env.secret(env.ADMIN_TOKEN, env.ADMIN_TOKEN_FILE)
-        )
-        return ConnectConfig.parse(
+        return ConnectConfig.from_files(
             coordinator or env.get(env.COORDINATOR, "127.0.0.1:7070"),
-            tls_ca=read_pem(tls_ca or env.get(env.TLS_CA)),
-            cert=read_pem(tls_cert or ""),
-            key=read_pem(tls_key or ""),
-            token=token,
+            ca=tls_ca or "",
+            cert=tls_cert or "",
+            key=tls_key or "",
+            token=env.secret(
+                env.ADMIN_TOKEN, env.ADMIN_TOKEN_FILE, file=token_file or "", what="--token-file"
+            ),
         )
 
     client = AdminClient(run(connect))

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from coordinator import Coordinator, CoordinatorConfig
-from coordinator.config import etcd_from, tls_files
+from coordinator.config import etcd_settings, tls_files
 from multikafka_core import env
 from multikafka_core.exceptions import MultikafkaError
 
@@ -136,15 +136,9 @@ def _config(
     **overrides: object,
 ) -> CoordinatorConfig:
     """Flags over environment variables over defaults."""
-    if etcd or ca or cert or user or password_file:
-        overrides["etcd"] = etcd_from(
-            etcd or env.get(env.ETCD, "http://127.0.0.1:2379"),
-            ca=ca or env.get(env.ETCD_CA),
-            cert=cert or env.get(env.ETCD_CERT),
-            key=key or env.get(env.ETCD_KEY),
-            username=user or env.get(env.ETCD_USER),
-            password_file=password_file or env.get(env.ETCD_PASSWORD_FILE),
-        )
+    overrides["etcd"] = etcd_settings(
+        urls=etcd, ca=ca, cert=cert, key=key, username=user, password_file=password_file
+    )
     return CoordinatorConfig.from_env(**overrides)
 
 
