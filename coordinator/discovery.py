@@ -229,15 +229,23 @@ class Discovery:
             cc, lambda: cc.client.offsets(partitions, query, self._config.cluster_timeout_s)
         )
 
+    def require(self, stream: str, cluster: str) -> ClusterClient:
+        """The cluster's client; :class:`UnavailableError` (retry) while it is
+        not set up yet."""
+        cc = self.client(stream, cluster)
+        if cc is None:
+            raise UnavailableError(
+                f"stream {stream!r}: cluster {cluster!r} is not set up yet; retry"
+            )
+        return cc
+
     async def cluster_offsets(
         self, stream: str, cluster: str, splits: Sequence[SplitId], query: OffsetQuery
     ) -> dict[str, int]:
         """``{split id: offset}`` for ``splits`` of one cluster. Raises
         :class:`UnavailableError` when the cluster is not set up yet or does not
         answer; splits the cluster does not know are left out."""
-        cc = self.client(stream, cluster)
-        if cc is None:
-            raise UnavailableError(f"stream {stream!r}: cluster {cluster!r} is not set up yet")
+        cc = self.require(stream, cluster)
         found = await self.offsets(cc, [(s.topic, s.partition) for s in splits], query)
         return {
             str(s): found[(s.topic, s.partition)] for s in splits if (s.topic, s.partition) in found

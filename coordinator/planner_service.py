@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from coordinator.assignment import Range, plan_tasks
-from coordinator.discovery import ClusterClient
 from coordinator.leader import LeaderDuties
 from coordinator.planner import ClusterSnapshot, new_splits, plan_end
 from coordinator.rpc import unary
@@ -62,7 +61,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         d, view = self._view(request.stream)
         pos = request.position
         kind = pos.kind or Position.EARLIEST
-        readable = [_client(d, view, cid) for cid in view.spec.readable_clusters()]
+        readable = [d.discovery.require(view.name, cid) for cid in view.spec.readable_clusters()]
         await asyncio.gather(*(d.discovery.discover(cc) for cc in readable if not cc.discovered))
         splits = {str(s) for cc in readable for s in cc.splits()}
         specific: dict[str, int] = {}
@@ -82,7 +81,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
                 "position.timestamp_ms", "must be milliseconds since the epoch, >= 0"
             )
         for cid in {SplitId.parse(s).cluster for s in specific}:
-            _client(d, view, cid)  # UNAVAILABLE (the client retries) until set up
+            d.discovery.require(view.name, cid)  # UNAVAILABLE (the client retries) until set up
         out: dict[str, int] = {}
         lookups: dict[OffsetQuery, list[SplitId]] = defaultdict(list)
         for split in sorted(splits | set(specific)):
@@ -213,9 +212,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         clusters = []
         for cid in used:
             conn = view.spec.clusters[cid].connection(cid)
-            if not self._readers_authenticated and conn.properties.redacted() != dict(
-                conn.properties
-            ):
+            if not self._readers_authenticated and conn.properties.has_secrets():
                 raise PreconditionError(
                     f"cluster {cid!r} of stream {view.name!r} has secret properties, which "
                     "this coordinator hands only to authenticated readers: give it "
@@ -274,20 +271,12 @@ async def _commit_groups(
             )
 
 
-def _client(d: LeaderDuties, view: StreamView, cluster: str) -> ClusterClient:
-    cc = d.discovery.client(view.name, cluster)
-    if cc is None:
-        raise UnavailableError(
-            f"stream {view.name!r}: cluster {cluster!r} is not set up yet; retry"
-        )
-    return cc
-
-
 async def snapshots_of(
     d: LeaderDuties, view: StreamView, start: Mapping[str, int]
 ) -> dict[str, ClusterSnapshot]:
     """What each cluster of the stream looks like now (high watermarks of
     the splits it has and the ones ``start`` holds)."""
+    started = {s: SplitId.parse(s) for s in start}
 
     async def one(cid: str) -> tuple[str, ClusterSnapshot]:
         spec = view.spec.clusters[cid]
@@ -298,19 +287,20 @@ async def snapshots_of(
             return cid, ClusterSnapshot(spec.state, topics, reachable=cc is not None, drain=drain)
         if not cc.discovered:
             await d.discovery.discover(cc)
-        splits = {str(s) for s in cc.splits()}
-        ask = splits | {
-            s for s in start if SplitId.parse(s).cluster == cid and SplitId.parse(s).topic in topics
+        known = {str(s): s for s in cc.splits()}
+        splits = frozenset(known)
+        ask = known | {
+            s: sid for s, sid in started.items() if sid.cluster == cid and sid.topic in topics
         }
-        parts = [(SplitId.parse(s).topic, SplitId.parse(s).partition) for s in sorted(ask)]
+        parts = [(sid.topic, sid.partition) for _, sid in sorted(ask.items())]
         try:
             found = await d.discovery.offsets(cc, parts, OffsetQuery.latest())
         except UnavailableError:
             d.metrics.reachable.labels(view.name, cid).set(0)
-            return cid, ClusterSnapshot(spec.state, topics, False, frozenset(splits), drain=drain)
+            return cid, ClusterSnapshot(spec.state, topics, False, splits, drain=drain)
         d.metrics.reachable.labels(view.name, cid).set(1)
         latest = {f"{cid}/{t}/{p}": off for (t, p), off in found.items()}
-        return cid, ClusterSnapshot(spec.state, topics, True, frozenset(splits), latest, drain)
+        return cid, ClusterSnapshot(spec.state, topics, True, splits, latest, drain)
 
     return dict(await asyncio.gather(*(one(cid) for cid in view.spec.clusters)))
 

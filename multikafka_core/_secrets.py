@@ -61,6 +61,10 @@ class Properties(Mapping[str, str]):
         """The settings with every secret value replaced by :data:`REDACTED`."""
         return {k: (REDACTED if is_secret(k) else v) for k, v in self._items.items()}
 
+    def has_secrets(self) -> bool:
+        """Whether any setting holds a secret."""
+        return any(is_secret(k) for k in self._items)
+
     def as_librdkafka_dict(self) -> dict[str, str]:
         """The real settings, for a librdkafka client. Never log the result."""
         return dict(self._items)
