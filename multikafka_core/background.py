@@ -31,7 +31,6 @@ class BackgroundTasks:
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self._tasks: set[asyncio.Task[None]] = set()
-        self._one_off: set[asyncio.Task[None]] = set()
 
     def every(
         self,
@@ -82,21 +81,12 @@ class BackgroundTasks:
             except Exception:
                 logger.exception("%s: %s failed", self.owner, name)
 
-        self._start(name, once(), one_off=True)
+        self._start(name, once())
 
-    def _start(self, name: str, coro: Coroutine[Any, Any, None], *, one_off: bool = False) -> None:
+    def _start(self, name: str, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.owner}: {name}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        if one_off:
-            self._one_off.add(task)
-            task.add_done_callback(self._one_off.discard)
-
-    async def join(self) -> None:
-        """Wait until the one-off work started with :meth:`spawn` has finished
-        (including work it spawned meanwhile)."""
-        while self._one_off:
-            await asyncio.gather(*self._one_off, return_exceptions=True)
 
     def names(self) -> list[str]:
         """Names of the tasks running now."""
@@ -146,9 +136,12 @@ class BackgroundThreads:
 
         self._start(name, loop)
 
-    def run(self, name: str, fn: Callable[[], None]) -> None:
+    def run(
+        self, name: str, fn: Callable[[], None], *, restart_after_s: float | None = None
+    ) -> None:
         """Run the loop ``fn`` until :attr:`stopping` is set (``fn`` watches it);
-        start it again if it returns or dies before that."""
+        start it again, after ``restart_after_s`` (default
+        :data:`RESTART_AFTER_S`), if it returns or dies before that."""
 
         def loop() -> None:
             while not self.stopping.is_set():
@@ -156,7 +149,7 @@ class BackgroundThreads:
                     fn()
                 except Exception:
                     logger.exception("%s: %s failed; starting it again", self.owner, name)
-                self.stopping.wait(RESTART_AFTER_S)
+                self.stopping.wait(RESTART_AFTER_S if restart_after_s is None else restart_after_s)
 
         self._start(name, loop)
 

@@ -53,7 +53,8 @@ class CoordinatorLink:
         self._registered = threading.Event()
 
     def start(self) -> None:
-        self._threads.run("subscribe", self._subscribe)
+        # When the coordinator ends the stream, subscribe again (resync).
+        self._threads.run("subscribe", self._subscribe, restart_after_s=self._backoff.first_s)
         self._threads.every("heartbeat", self._heartbeat_s, self._heartbeat, wake=self._beat)
 
     def close(self) -> None:
@@ -100,21 +101,20 @@ class CoordinatorLink:
         self._registered.set()
 
     def _subscribe(self) -> None:
-        """Register and follow the event stream until the link closes."""
+        """Register and follow the event stream until it ends or the link
+        closes; a broken stream is followed again (at the leader)."""
         stopping = self._threads.stopping
-        while not stopping.is_set():
-            try:
-                retry(
-                    self._follow,
-                    on=(grpc.RpcError,),
-                    when=lambda _: not stopping.is_set(),
-                    backoff=self._backoff,
-                    sleep=stopping.wait,
-                    on_retry=self._broke,
-                )
-            except grpc.RpcError:
-                return  # closing
-            stopping.wait(self._backoff.first_s)  # the coordinator ended the stream: resync
+        try:
+            retry(
+                self._follow,
+                on=(grpc.RpcError,),
+                when=lambda _: not stopping.is_set(),
+                backoff=self._backoff,
+                sleep=stopping.wait,
+                on_retry=self._broke,
+            )
+        except grpc.RpcError:
+            return  # closing
 
     def _broke(self, exc: BaseException, delay_s: float) -> None:
         code = exc.code() if isinstance(exc, grpc.Call) else exc
