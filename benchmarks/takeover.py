@@ -34,10 +34,7 @@ def takeover(replicas: list[CoordinatorProcess], how: str) -> float:
         leader.kill()
     else:
         leader.stop()
-    while not any(r.is_leader() for r in others):
-        if time.monotonic() - started > 60:
-            raise TimeoutError("no takeover within 60 s")
-        time.sleep(0.01)
+    wait_until(lambda: any(r.is_leader() for r in others), 60, "a takeover", interval_s=0.01)
     elapsed = time.monotonic() - started
     leader.start()
     return elapsed

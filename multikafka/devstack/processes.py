@@ -58,6 +58,10 @@ class ManagedProcess:
         self._log: IO[bytes] | None = None
 
     def start(self) -> None:
+        """Start it (again, after it stopped or died; the log goes on)."""
+        if self.alive():
+            raise RuntimeError(f"{self.name} is running")
+        self.stop()  # one that died: close its log
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(
             self.argv,
@@ -346,7 +350,7 @@ class CoordinatorProcess:
         self.name = name
         self.port = port or free_port()
         self.http_port = free_port()
-        self._argv = [
+        argv = [
             _bin("multikafka"),
             "--log-level", "INFO",
             "coordinator",
@@ -357,9 +361,7 @@ class CoordinatorProcess:
             "--lease-ttl", str(lease_ttl_s),
             *args,
         ]  # fmt: skip
-        self._work_dir = work_dir
-        self._env = env
-        self.process = ManagedProcess(name, self._argv, work_dir, env)
+        self.process = ManagedProcess(name, argv, work_dir, env)
 
     @property
     def address(self) -> str:
@@ -367,9 +369,6 @@ class CoordinatorProcess:
 
     def start(self, timeout_s: float = 30.0) -> CoordinatorProcess:
         """Start it (again, on the same ports) and wait until it can serve."""
-        if self.process.alive():
-            raise RuntimeError(f"{self.name} is running")
-        self.process = ManagedProcess(self.name, self._argv, self._work_dir, self._env)
         self.process.start()
         try:
             poll(
