@@ -269,6 +269,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             etcd.error = str(exc) or "no answer within 2 s"
             replicas = []
         election = c.election
+        leader = election.leader if election is not None else None
         return admin_pb2.StatusResponse(
             role="leader" if c.is_leader else "standby",
             leader=c.leader_address,
@@ -281,7 +282,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 admin_pb2.ReplicaInfo(
                     id=r.id,
                     address=r.address,
-                    role="leader" if r.address == c.leader_address else "standby",
+                    role="leader" if leader is not None and r.id == leader.id else "standby",
                     since_ms=r.since_ms,
                 )
                 for r in replicas
