@@ -421,6 +421,14 @@ class Parts:
     def translator(self) -> FailoverTranslator:
         return self.duties.translator
 
+    def kinds(self, stream: str = "s") -> list[str]:
+        """History kinds of ``stream`` other than the reconciler's own entries."""
+        return [e.kind for e in self.history.entries(stream) if e.kind != "reconcile"]
+
+    def sample(self, name: str, **labels: str) -> float | None:
+        """The value of a metric's sample with these labels (None: none yet)."""
+        return self.metrics.registry.get_sample_value(name, labels)
+
     async def put(self, doc: Mapping[str, Any]) -> int:
         """Write a stream document to etcd (as an operator would) and wait
         until the coordinator applied it; returns its revision."""

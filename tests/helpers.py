@@ -1,19 +1,33 @@
-"""Helpers for tests: waiting for a condition, sequence checks, stream docs."""
+"""Helpers for tests: waiting for a condition, sequence checks, stream docs,
+running the command line (the admin CLI in-process, a coordinator as a
+process of its own)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+import pytest
+
+from multikafka.devstack import free_port
 from multikafka.devstack.feed import FENCE_KEY, SequenceProducer, create_topics, fence
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
+from multikafka_core.env import PREFIX as SETTINGS_PREFIX
 
 if TYPE_CHECKING:
+    from click.testing import Result
+
     from multikafka_core.admin_client import AdminClient
+    from multikafka_core.v1 import admin_pb2
 
 T = TypeVar("T")
 
@@ -22,7 +36,11 @@ __all__ = [
     "assert_exactly_once",
     "eventually",
     "eventually_async",
+    "one_line",
     "produce_sequence",
+    "run_admin_cli",
+    "run_coordinator",
+    "seed_stream",
     "seeded_stream",
     "sequence_report",
     "stream_doc",
@@ -112,15 +130,101 @@ def assert_exactly_once(keys: Iterable[str], expected: dict[str, int]) -> None:
     assert not duplicated, f"{len(duplicated)} read twice, e.g. {list(duplicated.items())[:5]}"
 
 
-def seeded_stream(
-    admin: AdminClient, bootstrap: str, prefix: str, *, partitions: int = 1, records: int = 0
-) -> tuple[str, str]:
+class Seeded(NamedTuple):
+    """What :func:`seed_stream` made."""
+
+    stream: str
+    topic: str
+    #: What ``put_stream`` answered.
+    info: admin_pb2.StreamInfo
+
+
+def seed_stream(
+    admin: AdminClient,
+    bootstrap: str,
+    prefix: str,
+    *,
+    partitions: int = 1,
+    records: int = 0,
+    properties: Mapping[str, str] | None = None,
+) -> Seeded:
     """A new topic on one cluster with ``records`` records ``a:0..`` and a
-    stream reading it as cluster ``a``; returns (stream, topic)."""
+    stream reading it as cluster ``a`` (with ``properties`` added to the
+    cluster's)."""
     topic = uid(prefix)
     create_topics(bootstrap, {topic: partitions})
     if records:
         produce_sequence(bootstrap, topic, partitions, "a", range(records))
     name = uid(prefix)
-    admin.put_stream(stream_doc(name, {"a": (bootstrap, [topic])}))
-    return name, topic
+    doc = stream_doc(name, {"a": (bootstrap, [topic])})
+    doc["clusters"]["a"]["properties"].update(properties or {})
+    return Seeded(name, topic, admin.put_stream(doc))
+
+
+def seeded_stream(
+    admin: AdminClient, bootstrap: str, prefix: str, **options: Any
+) -> tuple[str, str]:
+    """:func:`seed_stream` (with the same options); returns (stream, topic)."""
+    stream, topic, _ = seed_stream(admin, bootstrap, prefix, **options)
+    return stream, topic
+
+
+def _settings() -> list[str]:
+    """The ``MULTIKAFKA_*`` settings of this process's environment."""
+    return [k for k in os.environ if k.startswith(SETTINGS_PREFIX)]
+
+
+def run_admin_cli(args: Sequence[str], env: Mapping[str, str | None] | None = None) -> Result:
+    """``multikafka admin ARGS`` in this process (click's runner), with no
+    ``MULTIKAFKA_*`` setting but those of ``env`` (None: unset)."""
+    from click.testing import CliRunner
+
+    from multikafka.cli import main
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        return CliRunner().invoke(
+            main, ["admin", *args], env={**dict.fromkeys(_settings()), **(env or {})}
+        )
+    finally:  # the CLI configures logging for its process; this is pytest's
+        root.handlers[:], root.level = handlers, level
+
+
+def run_coordinator(
+    *flags: str, cwd: Path, timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """``multikafka coordinator FLAGS --listen <a free port>`` as a process of
+    its own, with no ``MULTIKAFKA_*`` setting from the environment, for
+    configurations it must refuse: fails the test if it still runs after
+    ``timeout_s`` (it served instead of refusing)."""
+    listen = f"127.0.0.1:{free_port()}"
+    argv = [
+        str(Path(sys.executable).parent / "multikafka"),
+        "coordinator",
+        *flags,
+        "--listen",
+        listen,
+    ]
+    process_env = {k: v for k, v in os.environ.items() if not k.startswith(SETTINGS_PREFIX)}
+    try:
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            cwd=cwd,
+            env=process_env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        # (what it wrote so far comes as bytes, text=True or not)
+        output = b"".join(o for o in (exc.stdout, exc.stderr) if isinstance(o, bytes)).decode()
+        pytest.fail(f"served instead of refusing: still running after {timeout_s}s\n{output}")
+
+
+def one_line(text: str) -> str:
+    """The one non-blank line of ``text`` (fails if there are more or none)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert len(lines) == 1, text
+    return lines[0]

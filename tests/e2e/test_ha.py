@@ -24,7 +24,7 @@ from multikafka.devstack.feed import Feed, create_topics
 from multikafka_core.admin_client import AdminClient
 from multikafka_core.v1 import reader_pb2, reader_pb2_grpc
 from tests.conftest import KafkaClusters
-from tests.e2e.spark_helpers import sink_rows, source, start_to_parquet
+from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
 from tests.helpers import assert_exactly_once, eventually, stream_doc, uid
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -94,7 +94,7 @@ class HA:
         return self.query.runId
 
     def read(self) -> int:
-        keys = {r[1] for r in sink_rows(self.spark, self.work_dir / "out")}
+        keys = set(sink_keys(self.spark, self.work_dir / "out"))
         return sum(1 for k in keys if k.startswith("r:"))
 
     def reads_on(self, more: int, timeout_s: float = 90.0) -> None:
@@ -107,7 +107,7 @@ class HA:
         assert self.feed is not None
         sent = self.feed.stop()
         eventually(lambda: self.read() == sent, timeout_s=120, interval_s=0.5)
-        keys = [r[1] for r in sink_rows(self.spark, self.work_dir / "out")]
+        keys = sink_keys(self.spark, self.work_dir / "out")
         assert_exactly_once(keys, {"r": sent})
         assert self.query.isActive
         assert self.query.runId == run_id

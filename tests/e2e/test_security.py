@@ -18,14 +18,13 @@ import pytest
 
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
 from multikafka_core.exceptions import ValidationError
-from multikafka_core.transport import ConnectConfig
 from reader_agent import ReaderAgent
-from tests.certs import Certs, make_certs
+from tests.certs import make_certs
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import run_available_now, sink_keys
 from tests.helpers import assert_exactly_once, eventually, produce_sequence, stream_doc, uid
+from tests.secure import Secure, start_secure
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,42 +32,16 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 RECORDS = 400
-BIG_OFFSET = 2**62
 
 
 @dataclass
-class Secured:
+class Secured(Secure):
     """A TLS coordinator with tokens, and a two-partition stream on it whose
     cluster has a ``sasl.password``."""
 
-    thread: CoordinatorThread
-    certs: Certs
-    admin_token: str
-    reader_token: str
-    admin_token_file: Path
-    reader_token_file: Path
     stream: str
     topic: str
     secret: str
-    #: Whether the coordinator requires client certificates.
-    mtls: bool = False
-
-    @property
-    def address(self) -> str:
-        return self.thread.address
-
-    def admin(self) -> AdminClient:
-        client = self.certs.client
-        return AdminClient(
-            ConnectConfig.parse(
-                self.address,
-                tls_ca=self.certs.ca.cert_pem,
-                cert=client.cert_pem if self.mtls else None,
-                key=client.key_pem if self.mtls else None,
-                token=self.admin_token,
-            ),
-            timeout_s=10,
-        )
 
     def tls_options(self, *, token: bool = True) -> dict[str, object]:
         options: dict[str, object] = {
@@ -80,19 +53,10 @@ class Secured:
             options["coordinatorTokenFile"] = str(self.reader_token_file)
         return options
 
-    def wait_for_reports(self) -> None:
-        """Until the agents in Spark's Python workers have reported their
+    def wait_for_stream_reports(self) -> None:
+        """Until the agents (in Spark's Python workers) have reported their
         reads of both partitions (read marks): they reached the coordinator."""
-        duties = self.thread.coordinator.duties  # type: ignore[union-attr]
-        assert duties is not None
-        eventually(
-            lambda: all(
-                duties.marks.at_or_before(self.stream, f"east/{self.topic}/{p}", BIG_OFFSET)
-                is not None
-                for p in (0, 1)
-            ),
-            timeout_s=30,
-        )
+        self.wait_for_reports(self.stream, [f"east/{self.topic}/{p}" for p in (0, 1)])
 
 
 def _secured(
@@ -102,22 +66,8 @@ def _secured(
     *,
     mtls: bool = False,
 ) -> Secured:
-    from coordinator.config import TlsFiles
-
-    certs = make_certs(tmp_path / "certs")
-    admin_token = f"admin-{secrets.token_hex(16)}"
-    reader_token = f"reader-{secrets.token_hex(16)}"
-    admin_file, reader_file = tmp_path / "admin.token", tmp_path / "reader.token"
-    admin_file.write_text(admin_token)
-    reader_file.write_text(reader_token)
-    thread = make_coordinator(
-        tls=TlsFiles(
-            str(certs.server.cert_path),
-            str(certs.server.key_path),
-            str(certs.client_ca.cert_path) if mtls else "",
-        ),
-        admin_token=admin_token,
-        reader_token=reader_token,
+    secure = start_secure(
+        make_coordinator, make_certs(tmp_path / "certs"), tmp_path, client_ca=mtls
     )
     (a,) = kafka.shared(1)
     topic = uid("sec")
@@ -127,12 +77,9 @@ def _secured(
     secret = f"s3cret-{secrets.token_hex(16)}"
     doc = stream_doc(name, {"east": (a.bootstrap, [topic])})
     doc["clusters"]["east"]["properties"]["sasl.password"] = secret
-    s = Secured(
-        thread, certs, admin_token, reader_token, admin_file, reader_file, name, topic, secret, mtls
-    )
-    with s.admin() as admin:
+    with secure.admin() as admin:
         admin.put_stream(doc)
-    return s
+    return Secured(**vars(secure), stream=name, topic=topic, secret=secret)
 
 
 def test_query_over_tls_with_reader_token_reads_exactly_once(
@@ -148,7 +95,7 @@ def test_query_over_tls_with_reader_token_reads_exactly_once(
 
     # The agents in Spark's Python workers reported their reads over TLS with
     # the token (read marks), and are registered (ListReaders).
-    s.wait_for_reports()
+    s.wait_for_stream_reports()
     with s.admin() as admin:
         readers = eventually(admin.readers, timeout_s=30)
         assert len(readers) >= 1
@@ -177,7 +124,7 @@ def test_query_with_a_client_certificate_and_no_token_under_mutual_tls(
     run_available_now(spark, s.address, s.stream, out, **options)
     assert_exactly_once(sink_keys(spark, out), {"sec": RECORDS})
     # The executors' agents presented the certificate too: their reports arrived.
-    s.wait_for_reports()
+    s.wait_for_stream_reports()
     with s.admin() as admin:
         assert eventually(admin.readers, timeout_s=30)
 
@@ -215,7 +162,10 @@ def test_query_without_the_reader_token_is_refused(
 
 
 def test_the_ca_travels_inside_tasks_as_pem(
-    make_coordinator: Callable[..., CoordinatorThread], kafka: KafkaClusters, tmp_path: Path
+    make_coordinator: Callable[..., CoordinatorThread],
+    kafka: KafkaClusters,
+    tmp_path: Path,
+    agents: list[ReaderAgent],
 ) -> None:
     """What Spark ships to executors carries the CA's PEM (and the token), not
     the driver's file paths: with the files gone, an unpickled partition
@@ -269,27 +219,15 @@ def test_the_ca_travels_inside_tasks_as_pem(
     received = pickle.loads(shipped)
     assert all(p.task.coordinator.tls_ca == ca_pem for p in received)
     agent = ReaderAgent(heartbeat_interval_s=0.5)
-    try:
-        keys = [
-            k.decode()
-            for p in received
-            for batch in agent.read(p.task)
-            for k in batch.column("key").to_pylist()
-        ]
-        assert_exactly_once(keys, {"sec": RECORDS})
-        # It registered and reported over TLS with what the task carried.
-        duties = s.thread.coordinator.duties  # type: ignore[union-attr]
-        assert duties is not None
-        eventually(
-            lambda: all(
-                duties.marks.at_or_before(s.stream, f"east/{s.topic}/{p}", BIG_OFFSET) is not None
-                for p in (0, 1)
-            ),
-            timeout_s=15,
-        )
-        with s.admin() as admin:
-            eventually(
-                lambda: agent.agent_id in {r.agent_id for r in admin.readers()}, timeout_s=15
-            )
-    finally:
-        agent.close()
+    agents.append(agent)
+    keys = [
+        k.decode()
+        for p in received
+        for batch in agent.read(p.task)
+        for k in batch.column("key").to_pylist()
+    ]
+    assert_exactly_once(keys, {"sec": RECORDS})
+    # It registered and reported over TLS with what the task carried.
+    s.wait_for_stream_reports()
+    with s.admin() as admin:
+        eventually(lambda: agent.agent_id in {r.agent_id for r in admin.readers()}, timeout_s=15)

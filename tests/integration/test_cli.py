@@ -4,21 +4,18 @@ coordinator's Prometheus endpoint."""
 from __future__ import annotations
 
 import json
-import logging
 import urllib.request
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from multikafka.cli import main
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
 from multikafka_core.admin_client import AdminClient
 from reader_agent import ReaderAgent
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, stream_doc, uid
+from tests.helpers import eventually, run_admin_cli, stream_doc, uid
 
 pytestmark = pytest.mark.integration
 
@@ -26,15 +23,10 @@ pytestmark = pytest.mark.integration
 def _admin(
     coordinator: CoordinatorThread, *args: str, token_file: Path | None = None
 ) -> tuple[int, str]:
-    argv = ["admin", "--coordinator", coordinator.address]
+    argv = ["--coordinator", coordinator.address]
     if token_file is not None:
         argv += ["--token-file", str(token_file)]
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        result = CliRunner().invoke(main, [*argv, *args])
-    finally:  # the CLI configures logging for its process; this is pytest's
-        root.handlers[:], root.level = handlers, level
+    result = run_admin_cli([*argv, *args])
     # JSON and tables go to stdout, errors to stderr.
     return result.exit_code, result.stdout if result.exit_code == 0 else result.stderr
 
@@ -163,15 +155,15 @@ def test_cli_token(make_coordinator: object, tmp_path: Path) -> None:
     assert "not the admin token" in out
     assert "not-it" not in out
     # a token on the command line is not accepted any more (it shows in `ps`)
-    result = CliRunner().invoke(
-        main, ["admin", "--coordinator", coord.address, "--token", "cli-t0ken", "streams", "list"]
+    result = run_admin_cli(
+        ["--coordinator", coord.address, "--token", "cli-t0ken", "streams", "list"]
     )
     assert result.exit_code == 2
     assert "No such option '--token'" in result.output
 
 
 def test_metrics_endpoint_reports_what_happened(
-    make_coordinator: object, kafka: KafkaClusters
+    make_coordinator: object, kafka: KafkaClusters, agents: list[ReaderAgent]
 ) -> None:
     """Scraped values move with what the coordinator does: the generation of a
     stream, a failover by its labels, a registered agent, a reconcile latency."""
@@ -204,21 +196,19 @@ def test_metrics_endpoint_reports_what_happened(
     assert failovers not in before
     assert before[readers] == 0
     agent = ReaderAgent(agent_id=uid("agent"), heartbeat_interval_s=0.2)
-    try:
-        with AdminClient(coord.address) as admin:
-            info = admin.put_stream(
-                stream_doc(
-                    name,
-                    {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])},
-                    states={"b": "STANDBY"},
-                )
+    agents.append(agent)
+    with AdminClient(coord.address) as admin:
+        info = admin.put_stream(
+            stream_doc(
+                name,
+                {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])},
+                states={"b": "STANDBY"},
             )
-            assert scrape()[generation] == info.generation
-            agent.connect(coord.address)
-            eventually(lambda: scrape()[readers] == 1)
-            done = admin.failover(name, "a", "b", margin_ms=1000)
-        after = eventually(lambda: (s := scrape())[latencies] > before[latencies] and s)
-    finally:
-        agent.close()
+        )
+        assert scrape()[generation] == info.generation
+        agent.connect(coord.address)
+        eventually(lambda: scrape()[readers] == 1)
+        done = admin.failover(name, "a", "b", margin_ms=1000)
+    after = eventually(lambda: (s := scrape())[latencies] > before[latencies] and s)
     assert after[failovers] == 1
     assert after[generation] == done.generation > info.generation

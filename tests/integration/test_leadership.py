@@ -7,18 +7,13 @@ coordinator that cannot reach etcd at start says so in one line."""
 from __future__ import annotations
 
 import json
-import logging
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
-from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from multikafka.cli import main
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
 from multikafka_core.admin_client import AdminClient
@@ -26,7 +21,14 @@ from multikafka_core.grpc_codes import LEADER_KEY
 from multikafka_core.planner_client import PlannerClient
 from multikafka_core.v1 import admin_pb2, admin_pb2_grpc, planner_pb2
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, stream_doc, uid
+from tests.helpers import (
+    eventually,
+    one_line,
+    run_admin_cli,
+    run_coordinator,
+    stream_doc,
+    uid,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -47,12 +49,7 @@ def pair(make_coordinator: Make) -> tuple[CoordinatorThread, CoordinatorThread]:
 
 
 def admin_json(address: str, *args: str) -> dict[str, object]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        result = CliRunner().invoke(main, ["admin", "--coordinator", address, *args])
-    finally:
-        root.handlers[:], root.level = handlers, level
+    result = run_admin_cli(["--coordinator", address, *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)  # type: ignore[no-any-return]
 
@@ -170,17 +167,11 @@ def test_clients_given_only_the_standby_move_to_the_leader(
 
 def test_a_coordinator_that_cannot_reach_etcd_says_so_in_one_line(tmp_path: Path) -> None:
     closed = free_port()
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "multikafka"),
-            "coordinator", "--etcd", f"http://127.0.0.1:{closed}", "--etcd-wait", "1",
-            "--listen", f"127.0.0.1:{free_port()}",
-        ],
-        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
-    )  # fmt: skip
+    result = run_coordinator(
+        "--etcd", f"http://127.0.0.1:{closed}", "--etcd-wait", "1", cwd=tmp_path
+    )
     assert result.returncode == 1
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("multikafka coordinator: etcd at")
-    assert f"127.0.0.1:{closed}" in lines[0]
+    line = one_line(result.stderr)
+    assert line.startswith("multikafka coordinator: etcd at")
+    assert f"127.0.0.1:{closed}" in line
     assert "Traceback" not in result.stderr

@@ -169,6 +169,7 @@ def test_secrets_are_not_handed_out_without_reader_authentication(
     vector = ({f"a/{topic}/0": 0}, {f"a/{topic}/0": 10})
     with pytest.raises(PreconditionError) as info:
         planner.plan(secret, "q", *vector, min_partitions=1, max_records_per_partition=1000)
+    assert "secret properties" in str(info.value)
     assert "--reader-token-file" in str(info.value)
     assert "pw-123" not in str(info.value)
     plan = planner.plan(plain, "q", *vector, min_partitions=1, max_records_per_partition=1000)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,20 +18,19 @@ from coordinator.discovery import Health
 from multikafka.devstack.stack import stream_doc
 from multikafka_core.exceptions import PreconditionError
 from multikafka_core.model import ClusterState, FailoverStrategy
-from tests.fakes import Parts, coordinator_parts
+from tests.fakes import Parts
 
 AUTO = {"standby": "b", "unreachable_after_ms": 60_000, "strategy": "identity", "margin_ms": 2_000}
 
 
 @pytest.fixture
-async def parts() -> AsyncIterator[Parts]:
-    p = await coordinator_parts()
+def parts(parts: Parts) -> Parts:
+    """Clusters h:1, h:2 and h:3 with topic t: two partitions, ending at 5 and 7."""
     for bootstrap in ("h:1", "h:2", "h:3"):
-        c = p.kafka.cluster(bootstrap)
+        c = parts.kafka.cluster(bootstrap)
         c.counts = {"t": 2}
         c.latest = {("t", 0): 5, ("t", 1): 7}
-    yield p
-    await p.close()
+    return parts
 
 
 def doc(name: str = "s", states: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
@@ -53,11 +51,6 @@ def down_for(parts: Parts, cluster: str, seconds: float, stream: str = "s") -> N
     h = health(parts, cluster, stream)
     assert not h.reachable
     h.unreachable_since = time.monotonic() - seconds
-
-
-def kinds(parts: Parts, stream: str = "s") -> list[str]:
-    """History kinds other than the reconciler's own entries."""
-    return [e.kind for e in parts.history.entries(stream) if e.kind != "reconcile"]
 
 
 async def check(parts: Parts, stream: str = "s") -> None:
@@ -83,7 +76,7 @@ async def test_no_failover_before_the_window_then_failover_once_it_passed(
     assert view.spec.clusters["a"].state is ClusterState.ACTIVE
     assert view.spec.clusters["b"].state is ClusterState.STANDBY
     assert view.status.failovers == ()
-    assert kinds(parts) == []
+    assert parts.kinds() == []
 
     down_for(parts, "a", 61.0)
     await check(parts)
@@ -105,7 +98,7 @@ async def test_no_failover_before_the_window_then_failover_once_it_passed(
     assert (entry.kind, entry.cluster) == ("auto-failover", "a")
     assert entry.detail == f"a -> b, strategy identity, margin 2000 ms: {record.reason}"
     labels = {"stream": "s", "from_cluster": "a", "to_cluster": "b", "mode": "automatic"}
-    assert parts.metrics.registry.get_sample_value("multikafka_failovers_total", labels) == 1.0
+    assert parts.sample("multikafka_failovers_total", **labels) == 1.0
 
 
 async def test_later_checks_do_not_fail_over_again(parts: Parts) -> None:
@@ -120,7 +113,7 @@ async def test_later_checks_do_not_fail_over_again(parts: Parts) -> None:
 
     assert parts.store.get("s") == failed_over
     assert len(failed_over.status.failovers) == 1
-    assert kinds(parts) == ["auto-failover"]
+    assert parts.kinds() == ["auto-failover"]
 
 
 async def test_a_cluster_back_within_the_window_is_not_failed_over(parts: Parts) -> None:
@@ -156,7 +149,7 @@ async def test_no_automatic_failover_when_the_standby_is_not_standby(
     view = parts.store.get("s")
     assert view.spec == before.spec
     assert view.status.failovers == ()
-    assert "auto-failover" not in kinds(parts)
+    assert "auto-failover" not in parts.kinds()
 
 
 async def test_no_automatic_failover_without_auto_failover(parts: Parts) -> None:
@@ -169,7 +162,7 @@ async def test_no_automatic_failover_without_auto_failover(parts: Parts) -> None
     await check(parts)
 
     assert parts.store.get("s") == before
-    assert kinds(parts) == []
+    assert parts.kinds() == []
 
 
 # -- drains ------------------------------------------------------------------------------
@@ -195,9 +188,9 @@ async def test_a_draining_cluster_without_offsets_gets_them_once_it_answers(
     view = parts.store.get("s")
     assert dict(view.status.drains) == {"a": {"a/t/0": 5, "a/t/1": 7}}
     assert view.spec.clusters["a"].state is ClusterState.DRAINING
-    assert kinds(parts) == ["drain"]
+    assert parts.kinds() == ["drain"]
     labels = {"stream": "s", "cluster": "a"}
-    assert parts.metrics.registry.get_sample_value("multikafka_drains_total", labels) == 1.0
+    assert parts.sample("multikafka_drains_total", **labels) == 1.0
 
 
 async def test_drain_complete_is_recorded_once_every_running_query_retired_the_splits(
@@ -208,16 +201,16 @@ async def test_drain_complete_is_recorded_once_every_running_query_retired_the_s
     q = parts.queries
 
     await check(parts)  # no running query: nothing to say yet
-    assert "drain-complete" not in kinds(parts)
+    assert "drain-complete" not in parts.kinds()
 
     await q.commit("q1", "s", {"a/t/0": 5, "a/t/1": 7, "b/t/0": 1})
     await q.commit("q2", "s", {"b/t/0": 1, "b/t/1": 2})
     await check(parts)  # q1 still holds both drained splits
-    assert "drain-complete" not in kinds(parts)
+    assert "drain-complete" not in parts.kinds()
 
     await q.commit("q1", "s", {"a/t/1": 7, "b/t/0": 3})
     await check(parts)  # q1 still holds one
-    assert "drain-complete" not in kinds(parts)
+    assert "drain-complete" not in parts.kinds()
 
     await q.commit("q1", "s", {"b/t/0": 4, "b/t/1": 2})
     await check(parts)
@@ -229,7 +222,7 @@ async def test_drain_complete_is_recorded_once_every_running_query_retired_the_s
 
     await check(parts)
     await check(parts)
-    assert kinds(parts).count("drain-complete") == 1
+    assert parts.kinds().count("drain-complete") == 1
 
 
 async def test_a_query_that_stopped_running_does_not_hold_up_drain_complete(
@@ -270,7 +263,7 @@ async def test_check_all_goes_on_after_one_streams_check_fails(parts: Parts) -> 
     s2 = parts.store.get("s2")
     assert s2.spec.clusters["a"].state is ClusterState.FAILED
     assert s2.spec.clusters["b"].state is ClusterState.ACTIVE
-    assert kinds(parts, "s2") == ["auto-failover"]
+    assert parts.kinds("s2") == ["auto-failover"]
     assert "x" not in parts.store.get("s1").status.drains
 
 
@@ -284,7 +277,7 @@ async def test_drain_complete_is_not_recorded_again_after_an_unrelated_document_
     await parts.lifecycle.drain("s", "a")
     await parts.queries.commit("q1", "s", {"b/t/0": 1})
     await check(parts)
-    assert kinds(parts).count("drain-complete") == 1
+    assert parts.kinds().count("drain-complete") == 1
 
     edited = doc(states={"a": "DRAINING"})
     edited["clusters"]["b"]["topics"] = ["t", "u"]
@@ -292,4 +285,4 @@ async def test_drain_complete_is_not_recorded_again_after_an_unrelated_document_
     assert dict(parts.store.get("s").status.drains) == {"a": {"a/t/0": 5, "a/t/1": 7}}
     await check(parts)
 
-    assert kinds(parts).count("drain-complete") == 1
+    assert parts.kinds().count("drain-complete") == 1

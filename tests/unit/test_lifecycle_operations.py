@@ -8,7 +8,6 @@ a document changed behind the coordinator's back is never overwritten."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -22,7 +21,7 @@ from multikafka_core.exceptions import (
 )
 from multikafka_core.model import ClusterState, FailoverStrategy
 from multikafka_core.validation import parse_stream
-from tests.fakes import Parts, coordinator_parts
+from tests.fakes import Parts
 
 #: End offsets of cluster a's two partitions of topic t (on "h:1").
 A_LATEST = {("t", 0): 5, ("t", 1): 7}
@@ -30,16 +29,15 @@ A_DRAIN = {"a/t/0": 5, "a/t/1": 7}
 
 
 @pytest.fixture
-async def parts() -> AsyncIterator[Parts]:
-    p = await coordinator_parts()
-    a = p.kafka.cluster("h:1")
+def parts(parts: Parts) -> Parts:
+    """Cluster a (h:1) with two partitions of topic t, b (h:2) with one."""
+    a = parts.kafka.cluster("h:1")
     a.counts = {"t": 2}
     a.latest = dict(A_LATEST)
-    b = p.kafka.cluster("h:2")
+    b = parts.kafka.cluster("h:2")
     b.counts = {"t": 1}
     b.latest = {("t", 0): 3}
-    yield p
-    await p.close()
+    return parts
 
 
 def two_clusters(**states: str) -> dict[str, object]:
@@ -49,15 +47,6 @@ def two_clusters(**states: str) -> dict[str, object]:
 
 def state(parts: Parts, cluster: str, stream: str = "s") -> ClusterState:
     return parts.store.get(stream).spec.clusters[cluster].state
-
-
-def kinds(parts: Parts, stream: str = "s") -> list[str]:
-    """History kinds other than the reconciler's own entries."""
-    return [e.kind for e in parts.history.entries(stream) if e.kind != "reconcile"]
-
-
-def metric(parts: Parts, name: str, **labels: str) -> float | None:
-    return parts.metrics.registry.get_sample_value(name, labels)
 
 
 # -- drain ----------------------------------------------------------------------
@@ -81,7 +70,7 @@ async def test_drain_captures_every_split_end_offset_before_marking_draining(
     assert doc_kv is not None
     assert status_kv.mod_revision == view.status_revision
     assert doc_kv.mod_revision == view.spec_revision
-    assert metric(parts, "multikafka_drains_total", stream="s", cluster="a") == 1.0
+    assert parts.sample("multikafka_drains_total", stream="s", cluster="a") == 1.0
     drains = [e for e in parts.history.entries("s") if e.kind == "drain"]
     assert len(drains) == 1
     assert drains[0].cluster == "a"
@@ -103,8 +92,8 @@ async def test_draining_again_is_a_no_op_returning_the_same_view(parts: Parts) -
     assert again == first
     assert parts.etcd.puts == puts
     assert dict(again.status.drains) == {"a": A_DRAIN}
-    assert kinds(parts).count("drain") == 1
-    assert metric(parts, "multikafka_drains_total", stream="s", cluster="a") == 1.0
+    assert parts.kinds().count("drain") == 1
+    assert parts.sample("multikafka_drains_total", stream="s", cluster="a") == 1.0
 
 
 @pytest.mark.parametrize("refused", ["FAILED", "STANDBY"])
@@ -116,8 +105,8 @@ async def test_drain_refuses_a_cluster_that_is_not_active(parts: Parts, refused:
         await parts.lifecycle.drain("s", "a")
 
     assert parts.store.get("s") == before
-    assert "drain" not in kinds(parts)
-    assert metric(parts, "multikafka_drains_total", stream="s", cluster="a") is None
+    assert "drain" not in parts.kinds()
+    assert parts.sample("multikafka_drains_total", stream="s", cluster="a") is None
 
 
 async def test_drain_refuses_an_unreachable_cluster_and_points_to_failover(
@@ -134,7 +123,7 @@ async def test_drain_refuses_an_unreachable_cluster_and_points_to_failover(
     assert parts.store.get("s") == before
     assert state(parts, "a") is ClusterState.ACTIVE
     assert "a" not in parts.store.get("s").status.drains
-    assert metric(parts, "multikafka_drains_total", stream="s", cluster="a") is None
+    assert parts.sample("multikafka_drains_total", stream="s", cluster="a") is None
 
 
 async def test_operations_on_an_unknown_stream_or_cluster_are_not_found(parts: Parts) -> None:
@@ -206,7 +195,7 @@ async def test_activate_standby(parts: Parts) -> None:
     view = await parts.lifecycle.activate("s", "b")
 
     assert view.spec.clusters["b"].state is ClusterState.ACTIVE
-    assert kinds(parts) == ["activate"]
+    assert parts.kinds() == ["activate"]
 
 
 async def test_activating_a_failed_cluster_waits_until_no_running_query_holds_its_splits(
@@ -220,14 +209,14 @@ async def test_activating_a_failed_cluster_waits_until_no_running_query_holds_it
     with pytest.raises(PreconditionError, match="queries q1 still hold splits of 'a'"):
         await parts.lifecycle.activate("s", "a")
     assert state(parts, "a") is ClusterState.FAILED
-    assert "activate" not in kinds(parts)
+    assert "activate" not in parts.kinds()
 
     # q1's next batch retired a's splits: a may come back.
     await parts.queries.commit("q1", "s", {"b/t/0": 2})
     view = await parts.lifecycle.activate("s", "a")
 
     assert view.spec.clusters["a"].state is ClusterState.ACTIVE
-    assert kinds(parts)[-1] == "activate"
+    assert parts.kinds()[-1] == "activate"
 
 
 async def test_a_query_that_stopped_running_does_not_block_activation(parts: Parts) -> None:
@@ -272,8 +261,8 @@ async def test_failover_records_the_decision_and_swaps_states(parts: Parts) -> N
     assert 0 < view.status_revision == view.spec_revision  # one transaction
     assert parts.store.get("s") == view
     labels = {"stream": "s", "from_cluster": "a", "to_cluster": "b"}
-    assert metric(parts, "multikafka_failovers_total", **labels, mode="admin") == 1.0
-    assert metric(parts, "multikafka_failovers_total", **labels, mode="automatic") is None
+    assert parts.sample("multikafka_failovers_total", **labels, mode="admin") == 1.0
+    assert parts.sample("multikafka_failovers_total", **labels, mode="automatic") is None
     [entry] = [e for e in parts.history.entries("s") if e.kind == "failover"]
     assert (entry.cluster, entry.generation) == ("a", view.spec_revision)
     assert entry.detail == "a -> b, strategy identity, margin 5000 ms: maintenance"
@@ -316,9 +305,9 @@ async def test_repeating_a_failover_is_a_no_op(parts: Parts) -> None:
     assert parts.etcd.puts == puts
     assert len(again.status.failovers) == 1
     assert again.status.failovers[0].reason == "once"
-    assert kinds(parts).count("failover") == 1
+    assert parts.kinds().count("failover") == 1
     labels = {"stream": "s", "from_cluster": "a", "to_cluster": "b", "mode": "admin"}
-    assert metric(parts, "multikafka_failovers_total", **labels) == 1.0
+    assert parts.sample("multikafka_failovers_total", **labels) == 1.0
 
 
 async def test_automatic_failover_is_recorded_and_counted_as_automatic(parts: Parts) -> None:
@@ -328,10 +317,10 @@ async def test_automatic_failover_is_recorded_and_counted_as_automatic(parts: Pa
 
     [record] = view.status.failovers
     assert record.automatic is True
-    assert kinds(parts) == ["auto-failover"]
+    assert parts.kinds() == ["auto-failover"]
     labels = {"stream": "s", "from_cluster": "a", "to_cluster": "b"}
-    assert metric(parts, "multikafka_failovers_total", **labels, mode="automatic") == 1.0
-    assert metric(parts, "multikafka_failovers_total", **labels, mode="admin") is None
+    assert parts.sample("multikafka_failovers_total", **labels, mode="automatic") == 1.0
+    assert parts.sample("multikafka_failovers_total", **labels, mode="admin") is None
 
 
 async def test_failover_refuses_invalid_requests(parts: Parts) -> None:
@@ -347,7 +336,7 @@ async def test_failover_refuses_invalid_requests(parts: Parts) -> None:
         await ops.failover("s", "a", "c")
 
     assert parts.store.get("s") == before
-    assert kinds(parts) == []
+    assert parts.kinds() == []
 
 
 async def test_a_zero_margin_is_allowed(parts: Parts) -> None:
@@ -396,7 +385,7 @@ async def test_an_operation_on_a_stale_document_conflicts_and_keeps_the_newer_on
         await call()
 
     assert parts.etcd.value(key) == newer
-    assert kinds(parts) == []
+    assert parts.kinds() == []
     # Once the watch catches up, the newer document is in force, states untouched.
     parts.etcd.release_watches()
     kv = parts.etcd.kv(key)

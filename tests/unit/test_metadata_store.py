@@ -5,7 +5,6 @@ logged, and nothing else stops: not the metadata watch, not a start."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,18 +12,11 @@ from coordinator.history import History
 from coordinator.queries import QueryStore
 from coordinator.translation import ReadMarks
 from multikafka.devstack.stack import stream_doc
-from tests.fakes import FakeEtcd, Parts, coordinator_parts
+from tests.fakes import FakeEtcd, Parts
 from tests.helpers import eventually_async
 
 #: JSON that is not the object a record is, or an object of the wrong shape.
 MALFORMED = [b"[]", b"null", b'"x"', b"5", b"not json", b'{"drains": []}']
-
-
-@pytest.fixture
-async def parts() -> AsyncIterator[Parts]:
-    p = await coordinator_parts()
-    yield p
-    await p.close()
 
 
 @pytest.mark.parametrize("raw", MALFORMED)

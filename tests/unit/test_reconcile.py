@@ -10,10 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from coordinator.metadata import MetadataChange
 from coordinator.reconcile import REMOVED, describe, desired_of
@@ -22,16 +19,9 @@ from multikafka.devstack.stack import stream_doc
 from multikafka_core.model import FailoverStrategy
 from multikafka_core.v1 import reader_pb2
 from multikafka_core.validation import parse_stream
-from tests.fakes import Parts, coordinator_parts
+from tests.fakes import Parts
 
 LATENCY_COUNT = "multikafka_reconcile_latency_seconds_count"
-
-
-@pytest.fixture
-async def parts() -> AsyncIterator[Parts]:
-    p = await coordinator_parts()
-    yield p
-    await p.close()
 
 
 def two_clusters(states: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
@@ -65,10 +55,6 @@ async def subscribed(parts: Parts, agent_id: str) -> asyncio.Queue[Any]:
     return parts.registry.subscribe(agent_id)
 
 
-def sample(parts: Parts, name: str, **labels: str) -> float | None:
-    return parts.metrics.registry.get_sample_value(name, labels)
-
-
 # -- events --------------------------------------------------------------------
 
 
@@ -88,8 +74,8 @@ async def test_a_new_stream_sends_one_event_with_every_cluster_at_its_revision(
     ]
     assert fingerprint(doc, "a") != fingerprint(doc, "b")
     assert parts.reconciler.generation == rev
-    assert sample(parts, "multikafka_metadata_generation", stream="s") == rev
-    assert sample(parts, "multikafka_reconcile_events_total", stream="s") == 2
+    assert parts.sample("multikafka_metadata_generation", stream="s") == rev
+    assert parts.sample("multikafka_reconcile_events_total", stream="s") == 2
     [entry] = parts.history.entries("s")
     assert (entry.kind, entry.generation) == ("reconcile", rev)
     assert entry.detail == "a: added (ACTIVE, topics t), b: added (STANDBY, topics t)"
@@ -158,7 +144,7 @@ async def test_a_topics_only_change_sends_an_event_without_clusters(parts: Parts
     assert event.generation == rev
     assert list(event.clusters) == []
     assert parts.reconciler.generation == rev
-    assert sample(parts, "multikafka_metadata_generation", stream="s") == rev
+    assert parts.sample("multikafka_metadata_generation", stream="s") == rev
     assert parts.history.entries("s")[-1].detail == "a: topics +u"
 
 
@@ -167,8 +153,8 @@ async def test_a_removed_cluster_is_sent_as_removed_and_its_metrics_go(parts: Pa
     parts.kafka.cluster("h:2").counts = {"t": 3}
     doc = two_clusters()
     await parts.put(doc)
-    assert sample(parts, "multikafka_cluster_partitions", stream="s", cluster="a") == 2
-    assert sample(parts, "multikafka_cluster_partitions", stream="s", cluster="b") == 3
+    assert parts.sample("multikafka_cluster_partitions", stream="s", cluster="a") == 2
+    assert parts.sample("multikafka_cluster_partitions", stream="s", cluster="b") == 3
     queue = await subscribed(parts, "agent")
 
     del doc["clusters"]["b"]
@@ -177,8 +163,8 @@ async def test_a_removed_cluster_is_sent_as_removed_and_its_metrics_go(parts: Pa
     [event] = pending(queue)
     assert event.generation == rev
     assert list(event.clusters) == [desired("s", "b", "", REMOVED)]
-    assert sample(parts, "multikafka_cluster_partitions", stream="s", cluster="b") is None
-    assert sample(parts, "multikafka_cluster_partitions", stream="s", cluster="a") == 2
+    assert parts.sample("multikafka_cluster_partitions", stream="s", cluster="b") is None
+    assert parts.sample("multikafka_cluster_partitions", stream="s", cluster="a") == 2
     assert [(d.stream, d.cluster) for d in parts.reconciler.snapshot().clusters] == [("s", "a")]
     assert parts.history.entries("s")[-1].detail == "b: removed"
 
@@ -188,7 +174,7 @@ async def test_deleting_a_stream_removes_every_cluster_and_its_generation_gauge(
 ) -> None:
     rev = await parts.put(two_clusters())
     await parts.put(stream_doc("u", {"x": ("h:3", ["v"])}))
-    assert sample(parts, "multikafka_metadata_generation", stream="s") == rev
+    assert parts.sample("multikafka_metadata_generation", stream="s") == rev
     queue = await subscribed(parts, "agent")
 
     assert await parts.store.delete_stream("s")
@@ -198,8 +184,8 @@ async def test_deleting_a_stream_removes_every_cluster_and_its_generation_gauge(
     [event] = pending(queue)
     assert event.generation == deleted
     assert list(event.clusters) == [desired("s", "a", "", REMOVED), desired("s", "b", "", REMOVED)]
-    assert sample(parts, "multikafka_metadata_generation", stream="s") is None
-    assert sample(parts, "multikafka_cluster_partitions", stream="s", cluster="a") is None
+    assert parts.sample("multikafka_metadata_generation", stream="s") is None
+    assert parts.sample("multikafka_cluster_partitions", stream="s", cluster="a") is None
     assert [(d.stream, d.cluster) for d in parts.reconciler.snapshot().clusters] == [("u", "x")]
 
 
@@ -211,21 +197,21 @@ async def test_latency_is_recorded_once_every_subscribed_agent_applied_the_gener
 ) -> None:
     await subscribed(parts, "one")
     await subscribed(parts, "two")
-    assert sample(parts, LATENCY_COUNT) == 0
+    assert parts.sample(LATENCY_COUNT) == 0
 
     rev = await parts.put(two_clusters())
     parts.registry.heartbeat("one", rev, [])
-    assert sample(parts, LATENCY_COUNT) == 0  # "two" has not applied it yet
+    assert parts.sample(LATENCY_COUNT) == 0  # "two" has not applied it yet
     assert list(parts.reconciler.latencies) == []
     parts.registry.heartbeat("two", rev - 1, [])
-    assert sample(parts, LATENCY_COUNT) == 0  # an older generation does not count
+    assert parts.sample(LATENCY_COUNT) == 0  # an older generation does not count
 
     parts.registry.heartbeat("two", rev + 1, [])  # applied a later one: this one too
-    assert sample(parts, LATENCY_COUNT) == 1
+    assert parts.sample(LATENCY_COUNT) == 1
     assert len(parts.reconciler.latencies) == 1
 
     parts.registry.heartbeat("one", rev + 1, [])
-    assert sample(parts, LATENCY_COUNT) == 1  # settled once
+    assert parts.sample(LATENCY_COUNT) == 1  # settled once
 
 
 async def test_an_agent_that_expires_settles_what_it_owed(parts: Parts) -> None:
@@ -234,7 +220,7 @@ async def test_an_agent_that_expires_settles_what_it_owed(parts: Parts) -> None:
 
     rev = await parts.put(two_clusters())
     parts.registry.heartbeat("alive", rev, [])
-    assert sample(parts, LATENCY_COUNT) == 0
+    assert parts.sample(LATENCY_COUNT) == 0
 
     agent = parts.registry.get("gone")
     assert agent is not None
@@ -242,7 +228,7 @@ async def test_an_agent_that_expires_settles_what_it_owed(parts: Parts) -> None:
     await parts.registry._keepalive()  # the registry's periodic expiry check
 
     assert parts.registry.get("gone") is None
-    assert sample(parts, LATENCY_COUNT) == 1
+    assert parts.sample(LATENCY_COUNT) == 1
     assert len(parts.reconciler.latencies) == 1
 
 
@@ -261,7 +247,7 @@ async def test_an_invalid_document_in_etcd_is_counted_and_recorded_and_the_last_
     rev = await parts.etcd.put("/t/streams/s", json.dumps(bad).encode())
     await parts.store.wait_applied(rev)
 
-    assert sample(parts, "multikafka_metadata_rejected_total", stream="s") == 1
+    assert parts.sample("multikafka_metadata_rejected_total", stream="s") == 1
     entry = parts.history.entries("s")[-1]
     assert (entry.kind, entry.generation) == ("rejected", rev)
     assert entry.detail == (
@@ -295,7 +281,7 @@ async def test_a_cluster_set_draining_in_the_document_gets_its_drain_offsets_cap
     assert view.status.drains == {"a": {"a/t/0": 5, "a/t/1": 9}}
     assert view.spec.clusters["a"].state.value == "DRAINING"
     assert [e.kind for e in parts.history.entries("s")].count("drain") == 1
-    assert sample(parts, "multikafka_drains_total", stream="s", cluster="a") == 1
+    assert parts.sample("multikafka_drains_total", stream="s", cluster="a") == 1
 
 
 # -- describe ------------------------------------------------------------------------

@@ -15,10 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from coordinator.entry import query_for
 from coordinator.stream_state import FailoverRecord
@@ -32,20 +29,13 @@ from multikafka_core.model import (
     StartKind,
 )
 from multikafka_core.providers import OffsetQuery
-from tests.fakes import Parts, coordinator_parts
+from tests.fakes import Parts
 
 A, B, C = "h:1", "h:2", "h:3"
 
 #: Record times of the new cluster's partitions: offset ``earliest + i`` has
 #: time ``1000 * (i + 1)`` ms.
 TIMES = [1000 * (i + 1) for i in range(10)]
-
-
-@pytest.fixture
-async def parts() -> AsyncIterator[Parts]:
-    p = await coordinator_parts()
-    yield p
-    await p.close()
 
 
 def fill(parts: Parts, bootstrap: str, topic: str, earliest: dict[int, int]) -> None:
