@@ -52,7 +52,10 @@ integration: $(STAMP)
 	$(BIN)/pytest tests/integration tests/e2e $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.read_rate && $(PY) -m benchmarks.reconcile_latency && $(PY) -m benchmarks.failover_gap && $(PY) -m benchmarks.takeover
+	$(PY) -m benchmarks.read_rate
+	$(PY) -m benchmarks.reconcile_latency
+	$(PY) -m benchmarks.failover_gap
+	$(PY) -m benchmarks.takeover
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import pytest
 
 from multikafka.devstack import free_port
-from multikafka.devstack.feed import FENCE_KEY, SequenceProducer, create_topics, fence
+from multikafka.devstack.feed import SequenceProducer, create_topics, fence, sequence_report
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
 from multikafka_core.env import PREFIX as SETTINGS_PREFIX
 
@@ -72,23 +71,6 @@ def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: f
                 raise error
             raise AssertionError(f"condition not met within {timeout_s}s (last value {last!r})")
         time.sleep(interval_s)
-
-
-def sequence_report(
-    keys: Iterable[str], expected: Mapping[str, int]
-) -> tuple[list[str], dict[str, int]]:
-    """Missing keys and duplicated keys (key -> count) among ``keys`` for
-    ``expected`` labels with sequence numbers 0..n-1. Fence keys are ignored."""
-    fence_key = FENCE_KEY.decode()
-    counts = Counter(k for k in keys if not k.startswith(fence_key))
-    missing = [
-        f"{label}:{s}"
-        for label, n in expected.items()
-        for s in range(n)
-        if f"{label}:{s}" not in counts
-    ]
-    duplicated = {k: c for k, c in counts.items() if c > 1}
-    return missing, duplicated
 
 
 def produce_sequence(

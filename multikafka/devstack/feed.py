@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from confluent_kafka import KafkaException, Producer
@@ -210,3 +211,20 @@ class Feed(threading.Thread):
                 self._fence()  # all produced: make the end readable at once
         except BaseException as exc:
             self.error = exc
+
+
+def sequence_report(
+    keys: Iterable[str], expected: Mapping[str, int]
+) -> tuple[list[str], dict[str, int]]:
+    """Missing keys and duplicated keys (key -> count) among ``keys`` for
+    ``expected`` labels with sequence numbers 0..n-1. Fence keys are ignored."""
+    fence_key = FENCE_KEY.decode()
+    counts = Counter(k for k in keys if not k.startswith(fence_key))
+    missing = [
+        f"{label}:{s}"
+        for label, n in expected.items()
+        for s in range(n)
+        if f"{label}:{s}" not in counts
+    ]
+    duplicated = {k: c for k, c in counts.items() if c > 1}
+    return missing, duplicated
