@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,29 +188,32 @@ class Coordinators:
     def _given_host(self) -> str:
         return self.config.addresses[0].rpartition(":")[0].strip("[]")
 
-    def moved(self, error: BaseException, address: str) -> None:
+    def moved(self, error: BaseException, address: str) -> bool:
         """After a call to ``address`` failed: if the replica is away or a
         standby (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``), go to the leader a
         standby named, else to the next configured address. Other failures
         (a refusal, a cancelled call) stay; so do failures of an address
         calls have already left (several threads fail on one dead replica,
-        and move once)."""
+        and move once). True when it went to a leader a standby named (worth
+        calling at once)."""
         if not isinstance(error, grpc.RpcError) or not isinstance(error, grpc.Call):
-            return
+            return False
         if error.code() not in RETRYABLE:
-            return
+            return False
         leader = leader_of(error)
         with self._lock:
             if address != self._address:
-                return
-            if leader and leader != self._address:
+                return False
+            to_leader = bool(leader) and leader != self._address
+            if to_leader:
                 self._address = leader
             elif len(self.config.addresses) > 1 or self._address not in self.config.addresses:
                 self._next = (self._next + 1) % len(self.config.addresses)
                 self._address = self.config.addresses[self._next]
             else:
-                return
+                return False
         logger.info("moving to coordinator %s", self._address)
+        return to_leader
 
     def call(
         self,
@@ -223,13 +227,23 @@ class Coordinators:
         ``UNAVAILABLE``/``DEADLINE_EXCEEDED`` until ``deadline_s``; a failure
         is raised as a :class:`MultikafkaError` (chained to the gRPC error)."""
 
+        # After a standby named the leader, the next attempt goes at once.
+        to_leader = threading.Event()
+
         def attempt() -> T:
             address, channel = self.target()
             try:
                 return fn(channel, self.metadata)
             except grpc.RpcError as exc:
-                self.moved(exc, address)
+                if self.moved(exc, address):
+                    to_leader.set()
                 raise
+
+        def pause(delay_s: float) -> None:
+            if to_leader.is_set():
+                to_leader.clear()
+            else:
+                time.sleep(delay_s)
 
         try:
             return retry(
@@ -238,6 +252,7 @@ class Coordinators:
                 when=lambda exc: isinstance(exc, grpc.Call) and exc.code() in RETRYABLE,
                 deadline_s=deadline_s,
                 backoff=backoff,
+                sleep=pause,
                 on_retry=lambda exc, _: logger.debug("coordinator unavailable for %s", what),
             )
         except grpc.RpcError as exc:
