@@ -25,6 +25,7 @@ from coordinator.stream_state import StreamView
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
 from multikafka_core.model import ClusterSpec, Connection, SplitId
+from multikafka_core.offsets import Splits
 from multikafka_core.providers import MetadataClient, OffsetQuery
 from multikafka_core.providers.kafka import KafkaMetadataClient
 
@@ -78,12 +79,28 @@ class ClusterClient:
     def fingerprint(self) -> str:
         return self.spec.connection(self.cluster).fingerprint
 
+    #: (topics and counts it was built from, splits, their (topic, partition)).
+    _table: tuple[object, Splits, list[tuple[str, int]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
     def splits(self) -> list[SplitId]:
         return [
             SplitId(self.cluster, topic, p)
             for topic in self.spec.topics
             for p in range(self.partitions.get(topic, 0))
         ]
+
+    def split_table(self) -> tuple[Splits, list[tuple[str, int]]]:
+        """The discovered splits in columns, and as the ``(topic, partition)``
+        pairs a metadata client takes; built again only when the topics or
+        partition counts change (planning a batch of 100,000 splits must not
+        build them every time)."""
+        key = tuple((t, self.partitions.get(t, 0)) for t in self.spec.topics)
+        if self._table is None or self._table[0] != key:
+            splits = Splits.from_counts(self.cluster, dict(key))
+            self._table = (key, splits, splits.topic_partitions())
+        return self._table[1], self._table[2]
 
 
 class Discovery:

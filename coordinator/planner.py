@@ -14,69 +14,137 @@ next micro-batch:
   the service: earliest, the cluster's starting position, or a translation
   from the failed cluster it replaces) and advances from the next batch on;
 * an offset that went backwards, or a partition that vanished, is data loss.
+
+A stream may have 100,000 splits: the work is done on the vectors' columns
+(numpy), per split only where something unusual happens (a split retires,
+data was lost).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from multikafka_core.exceptions import DataLossError
 from multikafka_core.model import ClusterState, SplitId
-from multikafka_core.offsets import OffsetVector, canonical, splits_of
+from multikafka_core.offsets import (
+    EMPTY,
+    EMPTY_SPLITS,
+    I64,
+    SplitOffsets,
+    Splits,
+    as_offsets,
+)
+
+#: Why a split left the vector, by code (0: it did not).
+RETIRED = (
+    "",
+    "cluster removed from the stream",
+    "topic removed from the stream",
+    "cluster failed",
+    "cluster is standby",
+    "drained",
+)
+_REMOVED, _TOPIC, _FAILED, _STANDBY, _DRAINED = 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
-    """What planning knows about one cluster of the stream right now."""
+    """What planning knows about one cluster of the stream right now.
+
+    For tests and small callers, ``splits`` may also be given as split ids and
+    ``latest`` and ``drain`` as ``{split id: offset}``; they are converted."""
 
     state: ClusterState
     #: Topics of the stream in this cluster.
     topics: frozenset[str]
     reachable: bool
-    #: Split ids discovered on the cluster.
-    splits: frozenset[str] = frozenset()
+    #: Splits discovered on the cluster.
+    splits: Splits = field(default_factory=lambda: EMPTY_SPLITS)
     #: High watermark per split (only when reachable).
-    latest: Mapping[str, int] = field(default_factory=dict)
+    latest: SplitOffsets = field(default_factory=lambda: EMPTY)
     #: End offsets captured when the cluster began DRAINING (None: not yet).
-    drain: Mapping[str, int] | None = None
+    drain: SplitOffsets | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.splits, Splits):
+            ids: Iterable[str] = self.splits
+            object.__setattr__(self, "splits", Splits.from_ids(SplitId.parse(s) for s in ids))
+        object.__setattr__(self, "latest", as_offsets(self.latest))
+        if self.drain is not None:
+            object.__setattr__(self, "drain", as_offsets(self.drain))
 
 
 @dataclass
 class EndPlan:
-    end: OffsetVector
+    end: SplitOffsets
     #: split id -> why it left the vector.
     retired: dict[str, str] = field(default_factory=dict)
     #: split id -> what was lost (only with failOnDataLoss=false).
     data_loss: dict[str, str] = field(default_factory=dict)
     #: Splits that entered the vector in this plan.
     entered: list[str] = field(default_factory=list)
+    #: cluster -> records this plan reads of the splits it held.
+    planned: dict[str, int] = field(default_factory=dict)
+    #: cluster -> records between its held splits' positions and their high
+    #: watermarks (only for clusters that answered).
+    lag: dict[str, int] = field(default_factory=dict)
 
 
 def allocate(backlog: Mapping[str, int], budget: int | None) -> dict[str, int]:
     """Split ``budget`` records across splits in proportion to their backlog
-    (largest remainders get the rounding). No split gets more than its backlog;
-    ``None`` means no limit."""
-    total = sum(backlog.values())
+    (largest remainders get the rounding, ties to the smaller split id). No
+    split gets more than its backlog; ``None`` means no limit."""
+    names = sorted(backlog)
+    shares = allocate_array(np.array([backlog[s] for s in names], dtype=np.int64), budget)
+    return dict(zip(names, shares.tolist(), strict=True))
+
+
+def allocate_array(backlog: I64, budget: int | None) -> I64:
+    """:func:`allocate` on an array; ties of the rounding go to the earlier entry."""
+    n = len(backlog)
+    total = int(backlog.sum()) if n and int(backlog.max()) < 2**62 // n else sum(backlog.tolist())
     if budget is None or total <= budget:
-        return dict(backlog)
-    shares = {s: budget * b // total for s, b in backlog.items()}
-    left = budget - sum(shares.values())
-    for s in sorted(backlog, key=lambda s: (-(budget * backlog[s] % total), s))[:left]:
-        shares[s] += 1
+        return backlog.copy()
+    if total < 2**31:  # budget * backlog fits in int64
+        shares = budget * backlog // total
+        rest = budget * backlog % total
+    else:
+        exact = [divmod(budget * b, total) for b in backlog.tolist()]
+        shares = np.array([s for s, _ in exact], dtype=np.int64)
+        rest = np.array([r for _, r in exact], dtype=object)
+    left = budget - int(shares.sum())
+    if not left:
+        return shares
+    if total < 2**62 // n:  # rank by remainder, then earlier entry, in one int64
+        rank = rest.astype(np.int64) * n + np.arange(n - 1, -1, -1, dtype=np.int64)
+        top = np.argpartition(-rank, left - 1)[:left]
+    else:
+        top = np.array(heapq.nsmallest(left, range(n), key=lambda i: (-rest[i], i)))
+    shares[top] += 1
     return shares
 
 
-def new_splits(start: Mapping[str, int], clusters: Mapping[str, ClusterSnapshot]) -> list[str]:
+def new_split_set(start: Mapping[str, int], clusters: Mapping[str, ClusterSnapshot]) -> Splits:
     """Splits that would enter the vector: discovered on an ACTIVE cluster and
     not in ``start``. A DRAINING cluster admits none: a query reads only the
     splits it already holds to the drain end, then retires them for good."""
-    out: list[str] = []
-    for snap in clusters.values():
-        if snap.state is not ClusterState.ACTIVE:
-            continue
-        out.extend(s for s in snap.splits if s not in start)
-    return sorted(out)
+    held = as_offsets(start).splits
+    parts = []
+    for cid in sorted(clusters):
+        snap = clusters[cid]
+        if snap.state is ClusterState.ACTIVE and len(snap.splits):
+            _, known = held.positions(snap.splits)
+            parts.append(snap.splits.select(~known))
+    return Splits.union(parts)
+
+
+def new_splits(start: Mapping[str, int], clusters: Mapping[str, ClusterSnapshot]) -> list[str]:
+    """The ids of :func:`new_split_set`, in order."""
+    return new_split_set(start, clusters).ids()
 
 
 def plan_end(
@@ -91,66 +159,103 @@ def plan_end(
     """The end vector of the next micro-batch. ``entry`` holds the starting
     offset of each new split that could be resolved (others wait); ``cap`` is
     the Trigger.AvailableNow target."""
-    start = splits_of(start)
-    plan = EndPlan(end={})
-    backlog: dict[str, int] = {}
-    for s, pos in start.items():
-        split = SplitId.parse(s)
-        snap = clusters.get(split.cluster)
-        reason = _retire_reason(split, pos, snap)
-        if snap is None or reason is not None:
-            plan.retired[s] = reason or "cluster removed from the stream"
+    held = as_offsets(start)
+    splits, pos = held.splits, held.offsets
+    n = len(pos)
+    retired = np.zeros(n, dtype=np.int64)  # a RETIRED code per split
+    frozen = np.zeros(n, dtype=bool)  # no new range this time
+    high = np.full(n, -1, dtype=np.int64)  # high watermark, -1: none
+    limit = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # drain end
+    bounds = splits.bounds()
+    for cid in splits.clusters():
+        where = splits.cluster_slice(cid)
+        snap = clusters.get(cid)
+        if snap is None:
+            retired[where] = _REMOVED
             continue
-        if not snap.reachable or (snap.state is ClusterState.DRAINING and snap.drain is None):
-            plan.end[s] = pos  # no new range; resume later where it stopped
+        code = {ClusterState.FAILED: _FAILED, ClusterState.STANDBY: _STANDBY}.get(snap.state, 0)
+        retired[where] = code
+        for g, (_, topic) in enumerate(splits.groups):
+            if splits.groups[g][0] == cid and topic not in snap.topics:
+                retired[bounds[g] : bounds[g + 1]] = _TOPIC
+        if code:
             continue
-        high = snap.latest.get(s)
-        if high is None:
-            _lost(plan, s, f"partition {s} no longer exists (topic deleted?)", fail_on_data_loss)
-            continue
-        if high < pos:
-            _lost(
-                plan,
-                s,
-                f"offsets of {s} went backwards from {pos} to {high} (topic recreated?)",
-                fail_on_data_loss,
-            )
-            plan.end[s] = 0  # read the partition again from its start
-            continue
-        if snap.drain is not None and snap.state is ClusterState.DRAINING:
-            high = min(high, snap.drain[s])
-        if cap is not None:
-            high = min(high, cap.get(s, pos))
-        plan.end[s] = pos
-        if high > pos:
-            backlog[s] = high - pos
-    for s, share in allocate(backlog, budget).items():
-        plan.end[s] += share
-    for s in new_splits(start, clusters):
-        if s in entry and (cap is None or s in cap):
-            plan.end[s] = entry[s]
-            plan.entered.append(s)
-    plan.end = canonical(plan.end)
+        draining = snap.state is ClusterState.DRAINING
+        if draining and snap.drain is not None:
+            at, found = snap.drain.positions_of(splits, where)
+            ends = np.where(found, snap.drain.offsets[at] if len(snap.drain) else 0, -1)
+            done = (~found | (pos[where] >= ends)) & (retired[where] == 0)
+            retired[where] = np.where(done, _DRAINED, retired[where])
+            limit[where] = np.where(found, ends, limit[where])
+        if snap.reachable and len(snap.latest):
+            at, found = snap.latest.positions_of(splits, where)
+            high[where] = np.where(found, snap.latest.offsets[at], -1)
+        if not snap.reachable or (draining and snap.drain is None):
+            frozen[where] = True
+    live = retired == 0
+    active = live & ~frozen
+    missing = active & (high < 0)
+    backwards = active & (high >= 0) & (high < pos)
+    ok = active & (high >= pos)
+    plan = EndPlan(end=EMPTY)
+    for what, mask in (("gone", missing), ("back", backwards)):
+        if mask.any():
+            lost = splits.select(mask).ids()
+            for s, p, h in zip(lost, pos[mask].tolist(), high[mask].tolist(), strict=True):
+                text = (
+                    f"partition {s} no longer exists (topic deleted?)"
+                    if what == "gone"
+                    else f"offsets of {s} went backwards from {p} to {h} (topic recreated?)"
+                )
+                if fail_on_data_loss:
+                    raise DataLossError(
+                        f"{text}; set failOnDataLoss=false to skip lost data and go on"
+                    )
+                plan.data_loss[s] = text
+    target = np.minimum(high, limit)
+    if cap is not None:
+        target = np.minimum(target, as_offsets(cap).values_at(splits, pos))
+    backlog = np.where(ok & (target > pos), target - pos, 0)
+    end = pos + allocate_array(backlog, budget)
+    end[backwards] = 0  # read the partition again from its start
+    keep = live & ~missing
+    for code in np.unique(retired[~live]).tolist():
+        for s in splits.select(retired == code).ids():
+            plan.retired[s] = RETIRED[code]
+    _account(plan, splits, pos, end, high, keep)
+    entered = _entering(held, clusters, as_offsets(entry), cap)
+    plan.entered = entered.splits.ids()
+    plan.end = SplitOffsets.union([SplitOffsets(splits.select(keep), end[keep]), entered])
     return plan
 
 
-def _retire_reason(split: SplitId, pos: int, snap: ClusterSnapshot | None) -> str | None:
-    if snap is None:
-        return "cluster removed from the stream"
-    if split.topic not in snap.topics:
-        return "topic removed from the stream"
-    if snap.state is ClusterState.FAILED:
-        return "cluster failed"
-    if snap.state is ClusterState.STANDBY:
-        return "cluster is standby"
-    if snap.state is ClusterState.DRAINING and snap.drain is not None:
-        end = snap.drain.get(str(split))
-        if end is None or pos >= end:
-            return "drained"
-    return None
+def _entering(
+    held: SplitOffsets,
+    clusters: Mapping[str, ClusterSnapshot],
+    entry: SplitOffsets,
+    cap: Mapping[str, int] | None,
+) -> SplitOffsets:
+    """New splits with an entry offset (and in the cap, if there is one)."""
+    new = new_split_set(held, clusters)
+    at, found = entry.positions_of(new)
+    if cap is not None:
+        found &= as_offsets(cap).positions_of(new)[1]
+    if not found.any():
+        return EMPTY
+    return SplitOffsets(new.select(found), entry.offsets[at[found]])
 
 
-def _lost(plan: EndPlan, split: str, what: str, fail: bool) -> None:
-    if fail:
-        raise DataLossError(f"{what}; set failOnDataLoss=false to skip lost data and go on")
-    plan.data_loss[split] = what
+def _account(
+    plan: EndPlan, splits: Splits, pos: I64, end: I64, high: I64, keep: np.ndarray
+) -> None:
+    """Records planned and lag per cluster, over the splits the query held."""
+    for cid in splits.clusters():
+        where = splits.cluster_slice(cid)
+        k = keep[where]
+        if not k.any():
+            continue
+        p = pos[where][k]
+        plan.planned[cid] = int(np.maximum(end[where][k] - p, 0).sum())
+        h = high[where][k]
+        if (h >= 0).any():
+            plan.lag[cid] = int(np.maximum(h - p, 0)[h >= 0].sum())

@@ -1,5 +1,11 @@
 """The Planner gRPC service: the driver side of the Spark source calls it to
-resolve positions, plan micro-batches and report commits."""
+resolve positions, plan micro-batches and report commits.
+
+Offset vectors travel as columns (``OffsetColumns``) and are planned as
+columns (:class:`~multikafka_core.offsets.SplitOffsets`): a stream of 100,000
+splits costs a few numpy operations per call, not Python work per split.
+Requests in the map form of earlier clients are answered in that form.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,15 @@ import functools
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 import grpc
+import numpy as np
 
-from coordinator.assignment import Range, plan_tasks
+from coordinator.assignment import DEFAULT_MAX_RECORDS, Range, cut_ranges
 from coordinator.leader import LeaderDuties
-from coordinator.planner import ClusterSnapshot, new_splits, plan_end
+from coordinator.planner import ClusterSnapshot, EndPlan, new_split_set, plan_end
 from coordinator.rpc import unary
 from coordinator.stream_state import StreamView
 from multikafka_core import offsets as ov
@@ -25,17 +33,21 @@ from multikafka_core.exceptions import (
     shown,
 )
 from multikafka_core.model import SplitId
+from multikafka_core.offsets import SplitOffsets, Splits
 from multikafka_core.providers import OffsetQuery
 from multikafka_core.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 from multikafka_core.validation import validate_id, validate_name
 
 if TYPE_CHECKING:
+    from coordinator.discovery import ClusterClient
     from coordinator.server import Coordinator
 
 logger = logging.getLogger(__name__)
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 Position = planner_pb2.Position
+#: Split ids named in one history entry about many splits.
+SHOWN_SPLITS = 10
 
 
 class PlannerService(planner_pb2_grpc.PlannerServicer):
@@ -63,8 +75,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         kind = pos.kind or Position.EARLIEST
         readable = [d.discovery.require(view.name, cid) for cid in view.spec.readable_clusters()]
         await asyncio.gather(*(d.discovery.discover(cc) for cc in readable if not cc.discovered))
-        splits = {str(s) for cc in readable for s in cc.splits()}
-        specific: dict[str, int] = {}
+        specific = ov.EMPTY
         if kind == Position.SPECIFIC:
             specific = self._check_specific(view, dict(pos.offsets))
             kind = pos.fallback or Position.EARLIEST
@@ -80,42 +91,43 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             raise ValidationError(
                 "position.timestamp_ms", "must be milliseconds since the epoch, >= 0"
             )
-        for cid in {SplitId.parse(s).cluster for s in specific}:
+        for cid in specific.splits.clusters():
             d.discovery.require(view.name, cid)  # UNAVAILABLE (the client retries) until set up
-        out: dict[str, int] = {}
-        lookups: dict[OffsetQuery, list[SplitId]] = defaultdict(list)
-        for split in sorted(splits | set(specific)):
-            given = specific.get(split)
-            if given is None:
-                lookups[fallback].append(SplitId.parse(split))
-            elif given < 0:  # -2 earliest, -1 latest (Spark's convention)
-                lookups[earliest if given == -2 else latest].append(SplitId.parse(split))
-            else:
-                out[split] = given
+        splits = Splits.union([cc.split_table()[0] for cc in readable] + [specific.splits])
+        given = specific.values_at(splits, np.full(len(splits), -3, dtype=np.int64))
+        # -3: not named; -2 earliest, -1 latest (Spark's convention)
+        lookups = [(fallback, given == -3), (earliest, given == -2), (latest, given == -1)]
+        parts = [SplitOffsets(splits.select(given >= 0), given[given >= 0])]
         # Splits of a cluster that does not answer are left out: they join the
         # query later, at their cluster's starting position.
-        for found in await asyncio.gather(
-            *(d.discovery.split_offsets(view.name, ids, q) for q, ids in lookups.items())
-        ):
-            out.update(found)
+        for query, mask in lookups:
+            if mask.any():
+                parts.extend(await _lookup_all(d, view, splits.select(mask), query))
+        out = SplitOffsets.union(parts)
+        if request.columnar:
+            return planner_pb2.ResolveOffsetsResponse(
+                offsets_columns=ov.to_columns(out), generation=view.generation
+            )
         return planner_pb2.ResolveOffsetsResponse(
             offsets=ov.canonical(out), generation=view.generation
         )
 
-    def _check_specific(self, view: StreamView, offsets: dict[str, int]) -> dict[str, int]:
+    def _check_specific(self, view: StreamView, offsets: dict[str, int]) -> SplitOffsets:
         checked = ov.parse(offsets, "position.offsets", allow_special=True)
-        for s in checked:
-            split = SplitId.parse(s)
-            spec = view.spec.clusters.get(split.cluster)
+        bounds = checked.splits.bounds().tolist()
+        ids = checked.splits.ids()
+        for g, (cluster, topic) in enumerate(checked.splits.groups):
+            s = ids[bounds[g]]
+            spec = view.spec.clusters.get(cluster)
             if spec is None:
                 raise ValidationError(
                     f"position.offsets.{s}",
-                    f"stream {view.name!r} has no cluster {shown(split.cluster)}",
+                    f"stream {view.name!r} has no cluster {shown(cluster)}",
                 )
-            if split.topic not in spec.topics:
+            if topic not in spec.topics:
                 raise ValidationError(
                     f"position.offsets.{s}",
-                    f"cluster {split.cluster!r} of stream {view.name!r} has no topic {shown(split.topic)}",
+                    f"cluster {cluster!r} of stream {view.name!r} has no topic {shown(topic)}",
                 )
         return checked
 
@@ -127,28 +139,29 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     ) -> planner_pb2.LatestOffsetsResponse:
         d, view = self._view(request.stream)
         query_id = validate_id(request.query_id, "query_id", required=True)
-        start = ov.splits_of(ov.parse(dict(request.start), "start"))
+        columnar = request.HasField("start_columns")
+        start = _vector(request, "start")
         if request.max_records < 0:
             raise ValidationError("max_records", "must not be negative (0 means no limit)")
-        cap = ov.parse(dict(request.cap), "cap")
+        cap = _vector(request, "cap")
         snapshots = await snapshots_of(d, view, start)
-        new = new_splits(start, snapshots)
+        new = new_split_set(start, snapshots)
         abandoned = {}
         progress = d.queries.get(query_id)
         if progress is not None:
             abandoned = progress.abandoned
         entry, translations = (
-            await d.entry.resolve(view, start, new, abandoned) if new else ({}, [])
+            await d.entry.resolve(view, start, new.ids(), abandoned) if len(new) else ({}, [])
         )
         plan = plan_end(
             start,
             snapshots,
             entry,
             budget=request.max_records or None,
-            cap=cap or None,
+            cap=cap if len(cap) else None,
             fail_on_data_loss=request.fail_on_data_loss,
         )
-        _account(d, view, start, plan.end, snapshots)
+        _account(d, view, plan, snapshots)
         for t in translations:
             d.history.record(
                 view.name,
@@ -157,24 +170,24 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
                 detail=f"query {query_id}: {t.split} starts at {t.offset} ({t.how})",
                 generation=view.generation,
             )
-        for s, why in plan.retired.items():
-            d.history.record(
-                view.name,
-                "retired",
-                cluster=SplitId.parse(s).cluster,
-                detail=f"query {query_id}: {s} ({why})",
-                generation=view.generation,
-            )
+        _note_retired(d, view, query_id, plan.retired)
         for s, what in plan.data_loss.items():
-            d.metrics.data_loss.labels(view.name, SplitId.parse(s).cluster).inc()
+            cid = SplitId.parse(s).cluster
+            d.metrics.data_loss.labels(view.name, cid).inc()
             d.history.record(
                 view.name,
                 "data-loss",
-                cluster=SplitId.parse(s).cluster,
+                cluster=cid,
                 detail=f"query {query_id}: {what}",
                 generation=view.generation,
             )
-        return planner_pb2.LatestOffsetsResponse(end=plan.end, generation=view.generation)
+        if columnar:
+            return planner_pb2.LatestOffsetsResponse(
+                end_columns=ov.to_columns(plan.end), generation=view.generation
+            )
+        return planner_pb2.LatestOffsetsResponse(
+            end=ov.canonical(plan.end), generation=view.generation
+        )
 
     # -- PlanPartitions ------------------------------------------------------
 
@@ -184,53 +197,79 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     ) -> planner_pb2.PlanPartitionsResponse:
         d, view = self._view(request.stream)
         query_id = validate_id(request.query_id, "query_id", required=True)
-        start = ov.splits_of(ov.parse(dict(request.start), "start"))
-        end = ov.splits_of(ov.parse(dict(request.end), "end"))
+        columnar = request.HasField("end_columns")
+        start = _vector(request, "start")
+        end = _vector(request, "end")
         for field in ("min_partitions", "max_records_per_partition"):
             if getattr(request, field) < 0:
                 raise ValidationError(field, "must not be negative (0 means the default)")
-        ranges: list[Range] = []
-        for s, until in end.items():
-            frm = start.get(s, until)  # a split entering the vector has nothing to read yet
-            if until <= frm:
-                continue
-            cid = SplitId.parse(s).cluster
+        # A split entering the vector has nothing to read yet: it starts at its end.
+        frm = start.values_at(end.splits, end.offsets)
+        todo = end.offsets > frm
+        for cid in end.splits.clusters():
             spec = view.spec.clusters.get(cid)
-            if spec is None or not spec.state.readable:
-                why = "cluster removed" if spec is None else f"cluster {spec.state.value}"
-                await d.abandonments.record(
-                    view.name, query_id, s, frm, until, why, view.generation
-                )
+            if spec is not None and spec.state.readable:
                 continue
-            ranges.append(Range(s, frm, until))
-        tasks = plan_tasks(
-            ranges,
-            min_partitions=max(request.min_partitions, 1),
-            max_records=request.max_records_per_partition or 100_000,
+            why = "cluster removed" if spec is None else f"cluster {spec.state.value}"
+            where = end.splits.cluster_slice(cid)
+            lost = np.flatnonzero(todo[where]) + where.start
+            for s, a, b in zip(
+                end.splits.select(lost).ids(),
+                frm[lost].tolist(),
+                end.offsets[lost].tolist(),
+                strict=True,
+            ):
+                await d.abandonments.record(view.name, query_id, s, a, b, why, view.generation)
+            todo[where] = False
+        read = end.splits.select(todo)
+        pieces = cut_ranges(
+            frm[todo],
+            end.offsets[todo],
+            min_partitions=request.min_partitions,
+            max_records=request.max_records_per_partition or DEFAULT_MAX_RECORDS,
+            parallelism=request.parallelism,
         )
-        used = sorted({SplitId.parse(r.split).cluster for task in tasks for r in task})
-        clusters = []
-        for cid in used:
-            conn = view.spec.clusters[cid].connection(cid)
-            if not self._readers_authenticated and conn.properties.has_secrets():
-                raise PreconditionError(
-                    f"cluster {cid!r} of stream {view.name!r} has secret properties, which "
-                    "this coordinator hands only to authenticated readers: give it "
-                    "--reader-token-file (and the Spark job coordinatorTokenFile) or "
-                    "--tls-client-ca"
-                )
-            clusters.append(
-                common_pb2.ClusterConnection(
-                    cluster=cid,
-                    bootstrap_servers=conn.bootstrap_servers,
-                    properties=conn.properties.as_librdkafka_dict(),
-                    fingerprint=conn.fingerprint,
-                )
+        clusters = [self._connection(view, cid) for cid in read.clusters()]
+        if not columnar:
+            ids = read.ids()
+            tasks = [planner_pb2.TaskPlan() for _ in range(len(pieces.task_sizes()))]
+            for i, a, b, t in zip(
+                pieces.which.tolist(),
+                pieces.start.tolist(),
+                pieces.until.tolist(),
+                pieces.task.tolist(),
+                strict=True,
+            ):
+                tasks[t].ranges.append(_range_pb(Range(ids[i], a, b)))
+            return planner_pb2.PlanPartitionsResponse(
+                tasks=tasks, clusters=clusters, generation=view.generation
             )
+        columns = planner_pb2.TaskColumns(
+            clusters=[c for c, _ in read.groups], topics=[t for _, t in read.groups]
+        )
+        columns.groups.extend(read.group[pieces.which].tolist())
+        columns.partitions.extend(read.partitions[pieces.which].tolist())
+        columns.from_offsets.extend(pieces.start.tolist())
+        columns.until_offsets.extend(pieces.until.tolist())
+        columns.task_ranges.extend(pieces.task_sizes().tolist())
         return planner_pb2.PlanPartitionsResponse(
-            tasks=[planner_pb2.TaskPlan(ranges=[_range_pb(r) for r in task]) for task in tasks],
-            clusters=clusters,
-            generation=view.generation,
+            task_columns=columns, clusters=clusters, generation=view.generation
+        )
+
+    def _connection(self, view: StreamView, cid: str) -> common_pb2.ClusterConnection:
+        conn = view.spec.clusters[cid].connection(cid)
+        if not self._readers_authenticated and conn.properties.has_secrets():
+            raise PreconditionError(
+                f"cluster {cid!r} of stream {view.name!r} has secret properties, which "
+                "this coordinator hands only to authenticated readers: give it "
+                "--reader-token-file (and the Spark job coordinatorTokenFile) or "
+                "--tls-client-ca"
+            )
+        return common_pb2.ClusterConnection(
+            cluster=cid,
+            bootstrap_servers=conn.bootstrap_servers,
+            properties=conn.properties.as_librdkafka_dict(),
+            fingerprint=conn.fingerprint,
         )
 
     # -- Commit --------------------------------------------------------------
@@ -242,21 +281,29 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         d, view = self._view(request.stream)
         query_id = validate_id(request.query_id, "query_id", required=True)
         group_id = validate_id(request.group_id, "group_id")
-        end = ov.splits_of(ov.parse(dict(request.end), "end"))
+        end = _vector(request, "end")
         await d.queries.commit(query_id, view.name, end)
         if group_id:
             await _commit_groups(d, view, group_id, end)
         return planner_pb2.CommitResponse()
 
 
+def _vector(request: Any, name: str) -> SplitOffsets:
+    """The vector ``name`` of a request: its columns if the client sent them,
+    else its map (clients before the columns)."""
+    columns = f"{name}_columns"
+    if request.HasField(columns):
+        return ov.from_columns(getattr(request, columns), name)
+    return ov.parse(dict(getattr(request, name)), name)
+
+
 async def _commit_groups(
-    d: LeaderDuties, view: StreamView, group_id: str, end: Mapping[str, int]
+    d: LeaderDuties, view: StreamView, group_id: str, end: SplitOffsets
 ) -> None:
-    by_cluster: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
-    for s, off in end.items():
-        split = SplitId.parse(s)
-        by_cluster[split.cluster][(split.topic, split.partition)] = off
-    for cid, offs in by_cluster.items():
+    for cid in end.splits.clusters():
+        where = end.splits.cluster_slice(cid)
+        mine = end.select(np.arange(where.start, where.stop))
+        offs = dict(zip(mine.splits.topic_partitions(), mine.offsets.tolist(), strict=True))
         cc = d.discovery.client(view.name, cid)
         if cc is None or not cc.health.reachable:
             continue
@@ -271,62 +318,108 @@ async def _commit_groups(
             )
 
 
+async def _lookup(
+    cc: ClusterClient, d: LeaderDuties, splits: Splits, query: OffsetQuery
+) -> SplitOffsets:
+    """Offsets of ``splits`` (all of ``cc``'s cluster) for ``query``; splits
+    the cluster does not know are left out. Raises :class:`UnavailableError`."""
+    known, pairs = cc.split_table()
+    if splits is not known and splits != known:
+        pairs = splits.topic_partitions()
+    found = await d.discovery.offsets(cc, pairs, query)
+    values = np.array(list(map(found.get, pairs, repeat(-1))), dtype=np.int64)
+    if len(values) and int(values.min()) < 0:
+        there = values >= 0
+        return SplitOffsets(splits.select(there), values[there])
+    return SplitOffsets(splits, values)
+
+
+async def _lookup_all(
+    d: LeaderDuties, view: StreamView, splits: Splits, query: OffsetQuery
+) -> list[SplitOffsets]:
+    """:func:`_lookup` for every cluster of ``splits``, concurrently; the
+    splits of a cluster that is not set up or does not answer are left out."""
+
+    async def one(cid: str) -> SplitOffsets:
+        where = splits.cluster_slice(cid)
+        mine = splits.select(np.arange(where.start, where.stop))
+        try:
+            return await _lookup(d.discovery.require(view.name, cid), d, mine, query)
+        except UnavailableError as exc:
+            logger.warning(
+                "cluster unreachable; its splits join later",
+                extra={"stream": view.name, "cluster": cid, "error": str(exc)},
+            )
+            return ov.EMPTY
+
+    return list(await asyncio.gather(*(one(cid) for cid in splits.clusters())))
+
+
 async def snapshots_of(
-    d: LeaderDuties, view: StreamView, start: Mapping[str, int]
+    d: LeaderDuties, view: StreamView, start: SplitOffsets
 ) -> dict[str, ClusterSnapshot]:
     """What each cluster of the stream looks like now (high watermarks of
     the splits it has and the ones ``start`` holds)."""
-    started = {s: SplitId.parse(s) for s in start}
 
     async def one(cid: str) -> tuple[str, ClusterSnapshot]:
         spec = view.spec.clusters[cid]
         cc = d.discovery.client(view.name, cid)
-        drain = view.status.drains.get(cid)
+        raw_drain = view.status.drains.get(cid)
+        drain = None if raw_drain is None else ov.as_offsets(raw_drain)
         topics = frozenset(spec.topics)
         if cc is None or not spec.state.readable:
             return cid, ClusterSnapshot(spec.state, topics, reachable=cc is not None, drain=drain)
         if not cc.discovered:
             await d.discovery.discover(cc)
-        known = {str(s): s for s in cc.splits()}
-        splits = frozenset(known)
-        ask = known | {
-            s: sid for s, sid in started.items() if sid.cluster == cid and sid.topic in topics
-        }
-        parts = [(sid.topic, sid.partition) for _, sid in sorted(ask.items())]
+        known, _ = cc.split_table()
+        ask = known
+        # Splits the query holds that discovery does not list (yet) are asked too.
+        where = start.splits.cluster_slice(cid)
+        _, listed = known.positions(start.splits, where)
+        if not listed.all():
+            held = start.splits.select(np.arange(where.start, where.stop)[~listed])
+            keep = np.array([t in topics for _, t in held.groups], dtype=bool)[held.group]
+            ask = Splits.union([known, held.select(keep)])
         try:
-            found = await d.discovery.offsets(cc, parts, OffsetQuery.latest())
+            latest = await _lookup(cc, d, ask, OffsetQuery.latest())
         except UnavailableError:
             d.metrics.reachable.labels(view.name, cid).set(0)
-            return cid, ClusterSnapshot(spec.state, topics, False, splits, drain=drain)
+            return cid, ClusterSnapshot(spec.state, topics, False, known, drain=drain)
         d.metrics.reachable.labels(view.name, cid).set(1)
-        latest = {f"{cid}/{t}/{p}": off for (t, p), off in found.items()}
-        return cid, ClusterSnapshot(spec.state, topics, True, splits, latest, drain)
+        return cid, ClusterSnapshot(spec.state, topics, True, known, latest, drain)
 
     return dict(await asyncio.gather(*(one(cid) for cid in view.spec.clusters)))
 
 
 def _account(
-    d: LeaderDuties,
-    view: StreamView,
-    start: Mapping[str, int],
-    end: Mapping[str, int],
-    snaps: Mapping[str, ClusterSnapshot],
+    d: LeaderDuties, view: StreamView, plan: EndPlan, snaps: Mapping[str, ClusterSnapshot]
 ) -> None:
-    planned: dict[str, int] = defaultdict(int)
-    lag: dict[str, int] = defaultdict(int)
-    for s, e in end.items():
-        if s == ov.NO_SPLITS or s not in start:
-            continue
-        cid = SplitId.parse(s).cluster
-        planned[cid] += max(e - start[s], 0)
-        high = snaps[cid].latest.get(s) if cid in snaps else None
-        if high is not None:
-            lag[cid] += max(high - start[s], 0)
-    for cid, n in planned.items():
+    for cid, n in plan.planned.items():
         d.metrics.planned.labels(view.name, cid).inc(n)
     for cid, snap in snaps.items():
         if snap.reachable and snap.state.readable:
-            d.metrics.lag.labels(view.name, cid).set(lag.get(cid, 0))
+            d.metrics.lag.labels(view.name, cid).set(plan.lag.get(cid, 0))
+
+
+def _note_retired(
+    d: LeaderDuties, view: StreamView, query_id: str, retired: dict[str, str]
+) -> None:
+    """One history entry per cluster and reason (a removed cluster may take
+    10,000 splits with it)."""
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for s, why in retired.items():
+        groups[(SplitId.parse(s).cluster, why)].append(s)
+    for (cid, why), splits in sorted(groups.items()):
+        if len(splits) == 1:
+            detail = f"query {query_id}: {splits[0]} ({why})"
+        else:
+            named = ", ".join(splits[:SHOWN_SPLITS]) + (
+                ", ..." if len(splits) > SHOWN_SPLITS else ""
+            )
+            detail = f"query {query_id}: {len(splits)} splits ({why}): {named}"
+        d.history.record(
+            view.name, "retired", cluster=cid, detail=detail, generation=view.generation
+        )
 
 
 def _range_pb(r: Range) -> common_pb2.SplitRange:

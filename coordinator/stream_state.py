@@ -3,6 +3,10 @@ end offsets and the failover records (``<prefix>/status/<stream>`` in etcd).
 
 The document is the operator's intent; the status is what the coordinator
 decided while carrying it out. Both are needed to plan a query's next batch.
+
+Drain offsets are kept in columns (a drained cluster may hold 10,000 splits,
+and every batch plans against them) and stored in the compact document form
+of :mod:`multikafka_core.offsets`; the flat form of earlier versions is read.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from multikafka_core import offsets as ov
+from multikafka_core.exceptions import ValidationError
 from multikafka_core.model import DEFAULT_MARGIN_MS, FailoverStrategy, StreamSpec
 
 #: Failover records kept per stream (a query restarted from an old checkpoint
@@ -64,18 +70,23 @@ class StreamStatus:
 
     def to_json(self) -> bytes:
         doc = {
-            "drains": {c: dict(sorted(o.items())) for c, o in sorted(self.drains.items())},
+            "drains": {c: ov.to_document(o) for c, o in sorted(self.drains.items())},
             "failovers": [f.to_document() for f in self.failovers[-MAX_FAILOVERS:]],
         }
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> StreamStatus:
+        """Parse a stored status; ``ValueError`` (and the like) if malformed."""
         doc = json.loads(raw)
+        try:
+            drains = {
+                str(c): ov.parse(offs, f"drains.{c}") for c, offs in doc.get("drains", {}).items()
+            }
+        except ValidationError as exc:
+            raise ValueError(str(exc)) from exc
         return cls(
-            drains={
-                c: {s: int(o) for s, o in offs.items()} for c, offs in doc.get("drains", {}).items()
-            },
+            drains=drains,
             failovers=tuple(FailoverRecord.from_document(f) for f in doc.get("failovers", [])),
         )
 

@@ -60,10 +60,15 @@ class SourceOptions:
     coordinator_tls_cert: str = ""
     coordinator_tls_key: str = ""
     coordinator_token_file: str = ""
+    #: Tasks the Spark session runs at once (``spark.default.parallelism``;
+    #: 0: unknown). Not an option: :func:`spark_bridge.register` reads it.
+    parallelism: int = 0
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    def parse(
+        cls, options: Mapping[str, str], *, streaming: bool, parallelism: int = 0
+    ) -> SourceOptions:
         opts = {k.lower(): str(v) for k, v in options.items()}
         for key in opts:
             if key not in KNOWN:
@@ -99,6 +104,7 @@ class SourceOptions:
             coordinator_tls_cert=opts.get("coordinatortlscert", ""),
             coordinator_tls_key=opts.get("coordinatortlskey", ""),
             coordinator_token_file=opts.get("coordinatortokenfile", ""),
+            parallelism=max(parallelism, 0),
         )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -29,6 +29,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 from multikafka_core import offsets as ov
 from multikafka_core.arrow import SPARK_DDL, SPARK_DDL_WITH_HEADERS
@@ -69,7 +72,7 @@ class _Base:
         return state
 
     def _partitions(
-        self, start: ov.OffsetVector, end: ov.OffsetVector
+        self, start: ov.SplitOffsets, end: ov.SplitOffsets
     ) -> list[MultiKafkaPartition]:
         o = self.options
         plan = self.client.plan(
@@ -79,6 +82,7 @@ class _Base:
             end,
             min_partitions=o.min_partitions,
             max_records_per_partition=o.max_records_per_partition,
+            parallelism=o.parallelism,
         )
         return partitions_from_plan(
             plan,
@@ -98,19 +102,19 @@ class _Base:
 class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
-        self._target: ov.OffsetVector | None = None
+        self._target: ov.SplitOffsets | None = None
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         offsets, _ = self.client.resolve(self.options.stream, self.options.starting)
         logger.info("query %s starts at %s", self.query_id, offsets)
-        return offsets
+        return ov.to_document(offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if isinstance(limit, ReadMaxRows):
             max_records = int(limit.max_rows)
         elif isinstance(limit, ReadAllAvailable):
@@ -119,7 +123,7 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
             raise ValidationError(
                 "read limit", f"{type(limit).__name__} is not supported; use maxOffsetsPerTrigger"
             )
-        return self.client.latest(
+        end = self.client.latest(
             self.options.stream,
             self.query_id,
             ov.parse(start, "start"),
@@ -127,16 +131,17 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
             cap=self._target,
             fail_on_data_loss=self.options.fail_on_data_loss,
         )
+        return ov.to_document(end)
 
     def prepareForTriggerAvailableNow(self) -> None:
         latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
         self._target, _ = self.client.resolve(self.options.stream, latest)
         logger.info("query %s reads up to %s (Trigger.AvailableNow)", self.query_id, self._target)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[MultiKafkaPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[MultiKafkaPartition]:
         return self._partitions(ov.parse(start, "start"), ov.parse(end, "end"))
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.client.commit(
             self.options.stream, self.query_id, ov.parse(end, "end"), self.options.commit_group_id
         )
@@ -150,14 +155,19 @@ class MultiKafkaBatchReader(_Base, DataSourceReader):
     def partitions(self) -> list[MultiKafkaPartition]:
         start, _ = self.client.resolve(self.options.stream, self.options.starting)
         end, _ = self.client.resolve(self.options.stream, self.options.ending)
-        # A split only one side knows starts (or ends) where the other says.
-        start = {s: start.get(s, end.get(s, 0)) for s in ov.splits_of(start) | ov.splits_of(end)}
+        # A split only the end knows starts where it ends (the coordinator
+        # plans nothing for it); one only the start knows is not read.
         return self._partitions(start, end)
 
 
 class MultiKafkaDataSource(DataSource):
     """``spark.readStream.format("multikafka")``: one logical stream read from
     all the Kafka clusters its metadata names, exactly once."""
+
+    #: Tasks the Spark session runs at once; the planner sizes micro-batches
+    #: by it. Python workers cannot ask Spark, so :func:`register` sets it on
+    #: the class it registers (0: unknown, one task per split with data).
+    default_parallelism: int = 0
 
     @classmethod
     def name(cls) -> str:
@@ -168,7 +178,30 @@ class MultiKafkaDataSource(DataSource):
         return SPARK_DDL_WITH_HEADERS if headers else SPARK_DDL
 
     def reader(self, schema: StructType) -> MultiKafkaBatchReader:
-        return MultiKafkaBatchReader(SourceOptions.parse(self.options, streaming=False))
+        return MultiKafkaBatchReader(self._parse(streaming=False))
 
     def streamReader(self, schema: StructType) -> MultiKafkaStreamReader:
-        return MultiKafkaStreamReader(SourceOptions.parse(self.options, streaming=True))
+        return MultiKafkaStreamReader(self._parse(streaming=True))
+
+    def _parse(self, *, streaming: bool) -> SourceOptions:
+        return SourceOptions.parse(
+            self.options, streaming=streaming, parallelism=self.default_parallelism
+        )
+
+
+def register(spark: SparkSession) -> type[MultiKafkaDataSource]:
+    """Register the ``multikafka`` format with ``spark``, knowing how many
+    tasks the session runs at once (``spark.default.parallelism``). Spark
+    pickles the registered class by value, so the number reaches the Python
+    workers that plan micro-batches. Returns the class registered."""
+    source = type(
+        "MultiKafkaDataSource",
+        (MultiKafkaDataSource,),
+        {
+            "default_parallelism": int(spark.sparkContext.defaultParallelism),
+            "__module__": __name__,
+            "__doc__": MultiKafkaDataSource.__doc__,
+        },
+    )
+    spark.dataSource.register(source)
+    return source

@@ -6,7 +6,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from spark_bridge import MultiKafkaDataSource
+import spark_bridge
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,5 +37,5 @@ def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(MultiKafkaDataSource)
+    spark_bridge.register(spark)
     return spark

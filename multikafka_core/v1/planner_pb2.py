@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from multikafka_core.v1 import common_pb2 as multikafka_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmultikafka/v1/planner.proto\x12\rmultikafka.v1\x1a\x1amultikafka/v1/common.proto\"\xb8\x02\n\x08Position\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.multikafka.v1.Position.Kind\x12\x35\n\x07offsets\x18\x02 \x03(\x0b\x32$.multikafka.v1.Position.OffsetsEntry\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12.\n\x08\x66\x61llback\x18\x04 \x01(\x0e\x32\x1c.multikafka.v1.Position.Kind\x1a.\n\x0cOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"S\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x12\x0c\n\x08SPECIFIC\x10\x03\x12\r\n\tTIMESTAMP\x10\x04\"R\n\x15ResolveOffsetsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12)\n\x08position\x18\x02 \x01(\x0b\x32\x17.multikafka.v1.Position\"\xa1\x01\n\x16ResolveOffsetsResponse\x12\x43\n\x07offsets\x18\x01 \x03(\x0b\x32\x32.multikafka.v1.ResolveOffsetsResponse.OffsetsEntry\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x1a.\n\x0cOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xbc\x02\n\x14LatestOffsetsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12=\n\x05start\x18\x03 \x03(\x0b\x32..multikafka.v1.LatestOffsetsRequest.StartEntry\x12\x13\n\x0bmax_records\x18\x04 \x01(\x03\x12\x39\n\x03\x63\x61p\x18\x05 \x03(\x0b\x32,.multikafka.v1.LatestOffsetsRequest.CapEntry\x12\x19\n\x11\x66\x61il_on_data_loss\x18\x06 \x01(\x08\x1a,\n\nStartEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a*\n\x08\x43\x61pEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x93\x01\n\x15LatestOffsetsResponse\x12:\n\x03\x65nd\x18\x01 \x03(\x0b\x32-.multikafka.v1.LatestOffsetsResponse.EndEntry\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x1a*\n\x08\x45ndEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xca\x02\n\x15PlanPartitionsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12>\n\x05start\x18\x03 \x03(\x0b\x32/.multikafka.v1.PlanPartitionsRequest.StartEntry\x12:\n\x03\x65nd\x18\x04 \x03(\x0b\x32-.multikafka.v1.PlanPartitionsRequest.EndEntry\x12\x16\n\x0emin_partitions\x18\x05 \x01(\x05\x12!\n\x19max_records_per_partition\x18\x06 \x01(\x03\x1a,\n\nStartEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a*\n\x08\x45ndEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"5\n\x08TaskPlan\x12)\n\x06ranges\x18\x01 \x03(\x0b\x32\x19.multikafka.v1.SplitRange\"\x88\x01\n\x16PlanPartitionsResponse\x12&\n\x05tasks\x18\x01 \x03(\x0b\x32\x17.multikafka.v1.TaskPlan\x12\x32\n\x08\x63lusters\x18\x02 \x03(\x0b\x32 .multikafka.v1.ClusterConnection\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"\xa3\x01\n\rCommitRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x32\n\x03\x65nd\x18\x03 \x03(\x0b\x32%.multikafka.v1.CommitRequest.EndEntry\x12\x10\n\x08group_id\x18\x04 \x01(\t\x1a*\n\x08\x45ndEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x10\n\x0e\x43ommitResponse2\xea\x02\n\x07Planner\x12]\n\x0eResolveOffsets\x12$.multikafka.v1.ResolveOffsetsRequest\x1a%.multikafka.v1.ResolveOffsetsResponse\x12Z\n\rLatestOffsets\x12#.multikafka.v1.LatestOffsetsRequest\x1a$.multikafka.v1.LatestOffsetsResponse\x12]\n\x0ePlanPartitions\x12$.multikafka.v1.PlanPartitionsRequest\x1a%.multikafka.v1.PlanPartitionsResponse\x12\x45\n\x06\x43ommit\x12\x1c.multikafka.v1.CommitRequest\x1a\x1d.multikafka.v1.CommitResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmultikafka/v1/planner.proto\x12\rmultikafka.v1\x1a\x1amultikafka/v1/common.proto\"\xb8\x02\n\x08Position\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.multikafka.v1.Position.Kind\x12\x35\n\x07offsets\x18\x02 \x03(\x0b\x32$.multikafka.v1.Position.OffsetsEntry\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\x12.\n\x08\x66\x61llback\x18\x04 \x01(\x0e\x32\x1c.multikafka.v1.Position.Kind\x1a.\n\x0cOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"S\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x45\x41RLIEST\x10\x01\x12\n\n\x06LATEST\x10\x02\x12\x0c\n\x08SPECIFIC\x10\x03\x12\r\n\tTIMESTAMP\x10\x04\"f\n\rOffsetColumns\x12\x10\n\x08\x63lusters\x18\x01 \x03(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x0e\n\x06\x63ounts\x18\x03 \x03(\r\x12\x12\n\npartitions\x18\x04 \x03(\x05\x12\x0f\n\x07offsets\x18\x05 \x03(\x03\"d\n\x15ResolveOffsetsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12)\n\x08position\x18\x02 \x01(\x0b\x32\x17.multikafka.v1.Position\x12\x10\n\x08\x63olumnar\x18\x03 \x01(\x08\"\xd8\x01\n\x16ResolveOffsetsResponse\x12\x43\n\x07offsets\x18\x01 \x03(\x0b\x32\x32.multikafka.v1.ResolveOffsetsResponse.OffsetsEntry\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x35\n\x0foffsets_columns\x18\x03 \x01(\x0b\x32\x1c.multikafka.v1.OffsetColumns\x1a.\n\x0cOffsetsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xa4\x03\n\x14LatestOffsetsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12=\n\x05start\x18\x03 \x03(\x0b\x32..multikafka.v1.LatestOffsetsRequest.StartEntry\x12\x13\n\x0bmax_records\x18\x04 \x01(\x03\x12\x39\n\x03\x63\x61p\x18\x05 \x03(\x0b\x32,.multikafka.v1.LatestOffsetsRequest.CapEntry\x12\x19\n\x11\x66\x61il_on_data_loss\x18\x06 \x01(\x08\x12\x33\n\rstart_columns\x18\x07 \x01(\x0b\x32\x1c.multikafka.v1.OffsetColumns\x12\x31\n\x0b\x63\x61p_columns\x18\x08 \x01(\x0b\x32\x1c.multikafka.v1.OffsetColumns\x1a,\n\nStartEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a*\n\x08\x43\x61pEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xc6\x01\n\x15LatestOffsetsResponse\x12:\n\x03\x65nd\x18\x01 \x03(\x0b\x32-.multikafka.v1.LatestOffsetsResponse.EndEntry\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12\x31\n\x0b\x65nd_columns\x18\x03 \x01(\x0b\x32\x1c.multikafka.v1.OffsetColumns\x1a*\n\x08\x45ndEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xc7\x03\n\x15PlanPartitionsRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12>\n\x05start\x18\x03 \x03(\x0b\x32/.multikafka.v1.PlanPartitionsRequest.StartEntry\x12:\n\x03\x65nd\x18\x04 \x03(\x0b\x32-.multikafka.v1.PlanPartitionsRequest.EndEntry\x12\x16\n\x0emin_partitions\x18\x05 \x01(\x05\x12!\n\x19max_records_per_partition\x18\x06 \x01(\x03\x12\x13\n\x0bparallelism\x18\x07 \x01(\r\x12\x33\n\rstart_columns\x18\x08 \x01(\x0b\x32\x1c.multikafka.v1.OffsetColumns\x12\x31\n\x0b\x65nd_columns\x18\t \x01(\x0b\x32\x1c.multikafka.v1.OffsetColumns\x1a,\n\nStartEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a*\n\x08\x45ndEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"5\n\x08TaskPlan\x12)\n\x06ranges\x18\x01 \x03(\x0b\x32\x19.multikafka.v1.SplitRange\"\x95\x01\n\x0bTaskColumns\x12\x10\n\x08\x63lusters\x18\x01 \x03(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x0e\n\x06groups\x18\x03 \x03(\r\x12\x12\n\npartitions\x18\x04 \x03(\x05\x12\x14\n\x0c\x66rom_offsets\x18\x05 \x03(\x03\x12\x15\n\runtil_offsets\x18\x06 \x03(\x03\x12\x13\n\x0btask_ranges\x18\x07 \x03(\r\"\xba\x01\n\x16PlanPartitionsResponse\x12&\n\x05tasks\x18\x01 \x03(\x0b\x32\x17.multikafka.v1.TaskPlan\x12\x32\n\x08\x63lusters\x18\x02 \x03(\x0b\x32 .multikafka.v1.ClusterConnection\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\x30\n\x0ctask_columns\x18\x04 \x01(\x0b\x32\x1a.multikafka.v1.TaskColumns\"\xd6\x01\n\rCommitRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x10\n\x08query_id\x18\x02 \x01(\t\x12\x32\n\x03\x65nd\x18\x03 \x03(\x0b\x32%.multikafka.v1.CommitRequest.EndEntry\x12\x10\n\x08group_id\x18\x04 \x01(\t\x12\x31\n\x0b\x65nd_columns\x18\x05 \x01(\x0b\x32\x1c.multikafka.v1.OffsetColumns\x1a*\n\x08\x45ndEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x10\n\x0e\x43ommitResponse2\xea\x02\n\x07Planner\x12]\n\x0eResolveOffsets\x12$.multikafka.v1.ResolveOffsetsRequest\x1a%.multikafka.v1.ResolveOffsetsResponse\x12Z\n\rLatestOffsets\x12#.multikafka.v1.LatestOffsetsRequest\x1a$.multikafka.v1.LatestOffsetsResponse\x12]\n\x0ePlanPartitions\x12$.multikafka.v1.PlanPartitionsRequest\x1a%.multikafka.v1.PlanPartitionsResponse\x12\x45\n\x06\x43ommit\x12\x1c.multikafka.v1.CommitRequest\x1a\x1d.multikafka.v1.CommitResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,38 +54,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POSITION_OFFSETSENTRY']._serialized_end=302
   _globals['_POSITION_KIND']._serialized_start=304
   _globals['_POSITION_KIND']._serialized_end=387
-  _globals['_RESOLVEOFFSETSREQUEST']._serialized_start=389
-  _globals['_RESOLVEOFFSETSREQUEST']._serialized_end=471
-  _globals['_RESOLVEOFFSETSRESPONSE']._serialized_start=474
-  _globals['_RESOLVEOFFSETSRESPONSE']._serialized_end=635
+  _globals['_OFFSETCOLUMNS']._serialized_start=389
+  _globals['_OFFSETCOLUMNS']._serialized_end=491
+  _globals['_RESOLVEOFFSETSREQUEST']._serialized_start=493
+  _globals['_RESOLVEOFFSETSREQUEST']._serialized_end=593
+  _globals['_RESOLVEOFFSETSRESPONSE']._serialized_start=596
+  _globals['_RESOLVEOFFSETSRESPONSE']._serialized_end=812
   _globals['_RESOLVEOFFSETSRESPONSE_OFFSETSENTRY']._serialized_start=256
   _globals['_RESOLVEOFFSETSRESPONSE_OFFSETSENTRY']._serialized_end=302
-  _globals['_LATESTOFFSETSREQUEST']._serialized_start=638
-  _globals['_LATESTOFFSETSREQUEST']._serialized_end=954
-  _globals['_LATESTOFFSETSREQUEST_STARTENTRY']._serialized_start=866
-  _globals['_LATESTOFFSETSREQUEST_STARTENTRY']._serialized_end=910
-  _globals['_LATESTOFFSETSREQUEST_CAPENTRY']._serialized_start=912
-  _globals['_LATESTOFFSETSREQUEST_CAPENTRY']._serialized_end=954
-  _globals['_LATESTOFFSETSRESPONSE']._serialized_start=957
-  _globals['_LATESTOFFSETSRESPONSE']._serialized_end=1104
-  _globals['_LATESTOFFSETSRESPONSE_ENDENTRY']._serialized_start=1062
-  _globals['_LATESTOFFSETSRESPONSE_ENDENTRY']._serialized_end=1104
-  _globals['_PLANPARTITIONSREQUEST']._serialized_start=1107
-  _globals['_PLANPARTITIONSREQUEST']._serialized_end=1437
-  _globals['_PLANPARTITIONSREQUEST_STARTENTRY']._serialized_start=866
-  _globals['_PLANPARTITIONSREQUEST_STARTENTRY']._serialized_end=910
-  _globals['_PLANPARTITIONSREQUEST_ENDENTRY']._serialized_start=1062
-  _globals['_PLANPARTITIONSREQUEST_ENDENTRY']._serialized_end=1104
-  _globals['_TASKPLAN']._serialized_start=1439
-  _globals['_TASKPLAN']._serialized_end=1492
-  _globals['_PLANPARTITIONSRESPONSE']._serialized_start=1495
-  _globals['_PLANPARTITIONSRESPONSE']._serialized_end=1631
-  _globals['_COMMITREQUEST']._serialized_start=1634
-  _globals['_COMMITREQUEST']._serialized_end=1797
-  _globals['_COMMITREQUEST_ENDENTRY']._serialized_start=1062
-  _globals['_COMMITREQUEST_ENDENTRY']._serialized_end=1104
-  _globals['_COMMITRESPONSE']._serialized_start=1799
-  _globals['_COMMITRESPONSE']._serialized_end=1815
-  _globals['_PLANNER']._serialized_start=1818
-  _globals['_PLANNER']._serialized_end=2180
+  _globals['_LATESTOFFSETSREQUEST']._serialized_start=815
+  _globals['_LATESTOFFSETSREQUEST']._serialized_end=1235
+  _globals['_LATESTOFFSETSREQUEST_STARTENTRY']._serialized_start=1147
+  _globals['_LATESTOFFSETSREQUEST_STARTENTRY']._serialized_end=1191
+  _globals['_LATESTOFFSETSREQUEST_CAPENTRY']._serialized_start=1193
+  _globals['_LATESTOFFSETSREQUEST_CAPENTRY']._serialized_end=1235
+  _globals['_LATESTOFFSETSRESPONSE']._serialized_start=1238
+  _globals['_LATESTOFFSETSRESPONSE']._serialized_end=1436
+  _globals['_LATESTOFFSETSRESPONSE_ENDENTRY']._serialized_start=1394
+  _globals['_LATESTOFFSETSRESPONSE_ENDENTRY']._serialized_end=1436
+  _globals['_PLANPARTITIONSREQUEST']._serialized_start=1439
+  _globals['_PLANPARTITIONSREQUEST']._serialized_end=1894
+  _globals['_PLANPARTITIONSREQUEST_STARTENTRY']._serialized_start=1147
+  _globals['_PLANPARTITIONSREQUEST_STARTENTRY']._serialized_end=1191
+  _globals['_PLANPARTITIONSREQUEST_ENDENTRY']._serialized_start=1394
+  _globals['_PLANPARTITIONSREQUEST_ENDENTRY']._serialized_end=1436
+  _globals['_TASKPLAN']._serialized_start=1896
+  _globals['_TASKPLAN']._serialized_end=1949
+  _globals['_TASKCOLUMNS']._serialized_start=1952
+  _globals['_TASKCOLUMNS']._serialized_end=2101
+  _globals['_PLANPARTITIONSRESPONSE']._serialized_start=2104
+  _globals['_PLANPARTITIONSRESPONSE']._serialized_end=2290
+  _globals['_COMMITREQUEST']._serialized_start=2293
+  _globals['_COMMITREQUEST']._serialized_end=2507
+  _globals['_COMMITREQUEST_ENDENTRY']._serialized_start=1394
+  _globals['_COMMITREQUEST_ENDENTRY']._serialized_end=1436
+  _globals['_COMMITRESPONSE']._serialized_start=2509
+  _globals['_COMMITRESPONSE']._serialized_end=2525
+  _globals['_PLANNER']._serialized_start=2528
+  _globals['_PLANNER']._serialized_end=2890
 # @@protoc_insertion_point(module_scope)

@@ -96,12 +96,59 @@ class Position(_message.Message):
 Global___Position: _TypeAlias = Position  # noqa: Y015
 
 @_typing.final
+class OffsetColumns(_message.Message):
+    """An offset vector in columns: a stream may have 100,000 splits, and a map
+    of split ids costs a Python object per entry to decode; packed numbers do
+    not. The splits of the i-th (clusters[i], topics[i]) are the next counts[i]
+    entries of partitions and offsets. Requests carry vectors in this form
+    (the `*_columns` fields) and are answered in it; the maps are what clients
+    before it send, and are answered in kind.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def clusters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        clusters: _abc.Iterable[_builtins.str] | None = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        counts: _abc.Iterable[_builtins.int] | None = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+        offsets: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "counts", b"counts", "offsets", b"offsets", "partitions", b"partitions", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetColumns: _TypeAlias = OffsetColumns  # noqa: Y015
+
+@_typing.final
 class ResolveOffsetsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     STREAM_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
+    COLUMNAR_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
+    columnar: _builtins.bool
+    """Answer in `offsets_columns` instead of `offsets`."""
     @_builtins.property
     def position(self) -> Global___Position: ...
     def __init__(
@@ -109,10 +156,11 @@ class ResolveOffsetsRequest(_message.Message):
         *,
         stream: _builtins.str = ...,
         position: Global___Position | None = ...,
+        columnar: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["position", b"position", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columnar", b"columnar", "position", b"position", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -144,18 +192,22 @@ class ResolveOffsetsResponse(_message.Message):
 
     OFFSETS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    OFFSETS_COLUMNS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     @_builtins.property
     def offsets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def offsets_columns(self) -> Global___OffsetColumns: ...
     def __init__(
         self,
         *,
         offsets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         generation: _builtins.int = ...,
+        offsets_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["offsets_columns", b"offsets_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "offsets", b"offsets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "offsets", b"offsets", "offsets_columns", b"offsets_columns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -211,6 +263,8 @@ class LatestOffsetsRequest(_message.Message):
     MAX_RECORDS_FIELD_NUMBER: _builtins.int
     CAP_FIELD_NUMBER: _builtins.int
     FAIL_ON_DATA_LOSS_FIELD_NUMBER: _builtins.int
+    START_COLUMNS_FIELD_NUMBER: _builtins.int
+    CAP_COLUMNS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     max_records: _builtins.int
@@ -222,6 +276,12 @@ class LatestOffsetsRequest(_message.Message):
     def cap(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Trigger.AvailableNow target: never plan past these offsets."""
 
+    @_builtins.property
+    def start_columns(self) -> Global___OffsetColumns:
+        """When set, `start` and `cap` are these, and the answer is `end_columns`."""
+
+    @_builtins.property
+    def cap_columns(self) -> Global___OffsetColumns: ...
     def __init__(
         self,
         *,
@@ -231,10 +291,12 @@ class LatestOffsetsRequest(_message.Message):
         max_records: _builtins.int = ...,
         cap: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         fail_on_data_loss: _builtins.bool = ...,
+        start_columns: Global___OffsetColumns | None = ...,
+        cap_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cap_columns", b"cap_columns", "start_columns", b"start_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "fail_on_data_loss", b"fail_on_data_loss", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "cap_columns", b"cap_columns", "fail_on_data_loss", b"fail_on_data_loss", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "start_columns", b"start_columns", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -266,18 +328,22 @@ class LatestOffsetsResponse(_message.Message):
 
     END_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    END_COLUMNS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     @_builtins.property
     def end(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def end_columns(self) -> Global___OffsetColumns: ...
     def __init__(
         self,
         *,
         end: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         generation: _builtins.int = ...,
+        end_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_columns", b"end_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "generation", b"generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "end_columns", b"end_columns", "generation", b"generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -333,14 +399,29 @@ class PlanPartitionsRequest(_message.Message):
     END_FIELD_NUMBER: _builtins.int
     MIN_PARTITIONS_FIELD_NUMBER: _builtins.int
     MAX_RECORDS_PER_PARTITION_FIELD_NUMBER: _builtins.int
+    PARALLELISM_FIELD_NUMBER: _builtins.int
+    START_COLUMNS_FIELD_NUMBER: _builtins.int
+    END_COLUMNS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     min_partitions: _builtins.int
+    """At least this many tasks when there are that many records (0: unset)."""
     max_records_per_partition: _builtins.int
+    """At most this many records per task (0: the default, 100,000)."""
+    parallelism: _builtins.int
+    """The parallelism Spark has (spark.default.parallelism; 0: unknown).
+    Ranges are cut further until there are this many tasks (or minPartitions).
+    """
     @_builtins.property
     def start(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     @_builtins.property
     def end(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def start_columns(self) -> Global___OffsetColumns:
+        """When set, `start` and `end` are these, and the answer is `task_columns`."""
+
+    @_builtins.property
+    def end_columns(self) -> Global___OffsetColumns: ...
     def __init__(
         self,
         *,
@@ -350,10 +431,13 @@ class PlanPartitionsRequest(_message.Message):
         end: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         min_partitions: _builtins.int = ...,
         max_records_per_partition: _builtins.int = ...,
+        parallelism: _builtins.int = ...,
+        start_columns: Global___OffsetColumns | None = ...,
+        end_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_columns", b"end_columns", "start_columns", b"start_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "max_records_per_partition", b"max_records_per_partition", "min_partitions", b"min_partitions", "query_id", b"query_id", "start", b"start", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "end_columns", b"end_columns", "max_records_per_partition", b"max_records_per_partition", "min_partitions", b"min_partitions", "parallelism", b"parallelism", "query_id", b"query_id", "start", b"start", "start_columns", b"start_columns", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -380,27 +464,80 @@ class TaskPlan(_message.Message):
 Global___TaskPlan: _TypeAlias = TaskPlan  # noqa: Y015
 
 @_typing.final
+class TaskColumns(_message.Message):
+    """The tasks of a plan in columns: range i reads [from_offsets[i],
+    until_offsets[i]) of partitions[i] of (clusters[groups[i]],
+    topics[groups[i]]); task j reads the next task_ranges[j] ranges.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    FROM_OFFSETS_FIELD_NUMBER: _builtins.int
+    UNTIL_OFFSETS_FIELD_NUMBER: _builtins.int
+    TASK_RANGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def clusters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def from_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def until_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def task_ranges(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        clusters: _abc.Iterable[_builtins.str] | None = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        groups: _abc.Iterable[_builtins.int] | None = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+        from_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        until_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        task_ranges: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "from_offsets", b"from_offsets", "groups", b"groups", "partitions", b"partitions", "task_ranges", b"task_ranges", "topics", b"topics", "until_offsets", b"until_offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskColumns: _TypeAlias = TaskColumns  # noqa: Y015
+
+@_typing.final
 class PlanPartitionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TASKS_FIELD_NUMBER: _builtins.int
     CLUSTERS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    TASK_COLUMNS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     @_builtins.property
     def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskPlan]: ...
     @_builtins.property
     def clusters(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ClusterConnection]: ...
+    @_builtins.property
+    def task_columns(self) -> Global___TaskColumns: ...
     def __init__(
         self,
         *,
         tasks: _abc.Iterable[Global___TaskPlan] | None = ...,
         clusters: _abc.Iterable[_common_pb2.ClusterConnection] | None = ...,
         generation: _builtins.int = ...,
+        task_columns: Global___TaskColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task_columns", b"task_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "generation", b"generation", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "generation", b"generation", "task_columns", b"task_columns", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -434,6 +571,7 @@ class CommitRequest(_message.Message):
     QUERY_ID_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
     GROUP_ID_FIELD_NUMBER: _builtins.int
+    END_COLUMNS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     group_id: _builtins.str
@@ -442,6 +580,10 @@ class CommitRequest(_message.Message):
     """
     @_builtins.property
     def end(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def end_columns(self) -> Global___OffsetColumns:
+        """When set, `end` is this."""
+
     def __init__(
         self,
         *,
@@ -449,10 +591,11 @@ class CommitRequest(_message.Message):
         query_id: _builtins.str = ...,
         end: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         group_id: _builtins.str = ...,
+        end_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_columns", b"end_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "group_id", b"group_id", "query_id", b"query_id", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "end_columns", b"end_columns", "group_id", b"group_id", "query_id", b"query_id", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

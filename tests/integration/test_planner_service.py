@@ -135,9 +135,17 @@ def test_plan_is_balanced_and_carries_connections(
     end = {f"a/{topic}/0": 900, f"a/{topic}/1": 100, f"a/{topic}/2": 50, f"b/{topic}/0": 2000}
     try:
         plan = planner.plan(name, "q", start, end, min_partitions=4, max_records_per_partition=1000)
-        loads = [sum(r.until_offset - r.from_offset for r in t.ranges) for t in plan.tasks]
-        # Four tasks (3050 records, at most 1000 each) within one record of each other.
-        assert sorted(loads) == [762, 762, 763, 763]
+        loads = [
+            (r.cluster, r.partition, r.until_offset - r.from_offset)
+            for t in plan.tasks
+            for r in t.ranges
+        ]
+        # One task per split, the one above 1000 records cut in two equal pieces.
+        assert loads == [("a", 0, 900), ("a", 1, 100), ("a", 2, 50), ("b", 0, 1000), ("b", 0, 1000)]
+        # Fewer splits than Spark's parallelism: the largest ranges are cut further.
+        wide = planner.plan(name, "q", start, end, parallelism=8)
+        assert len(wide.tasks) == 8
+        assert sum(r.until_offset - r.from_offset for t in wide.tasks for r in t.ranges) == 3050
         conns = {c.cluster: c for c in plan.clusters}
         # executors need the real value; only an authenticated reader gets it
         assert conns["a"].properties["sasl.password"] == "pw"
@@ -272,3 +280,42 @@ def test_producer_helper_fences_make_watermarks_exact(kafka: KafkaClusters) -> N
     finally:
         consumer.close()
     assert highs == [2501, 2501]
+
+
+def test_clients_before_the_columns_are_answered_in_maps(
+    admin: AdminClient, kafka: KafkaClusters, coordinator: CoordinatorThread
+) -> None:
+    """A driver of an earlier version sends and expects the map form; the
+    service answers it in kind (rolling upgrades)."""
+    import grpc
+
+    from multikafka_core.v1 import planner_pb2_grpc
+
+    (a,) = kafka.shared(1)
+    name, topic = seeded_stream(admin, a.bootstrap, "old", records=9)
+    with grpc.insecure_channel(coordinator.address) as channel:
+        stub = planner_pb2_grpc.PlannerStub(channel)
+        resolved = stub.ResolveOffsets(
+            planner_pb2.ResolveOffsetsRequest(stream=name, position=EARLIEST), timeout=10
+        )
+        assert dict(resolved.offsets) == {f"a/{topic}/0": 0}
+        assert not resolved.HasField("offsets_columns")
+        latest = stub.LatestOffsets(
+            planner_pb2.LatestOffsetsRequest(stream=name, query_id="old", start=resolved.offsets),
+            timeout=10,
+        )
+        assert dict(latest.end) == {f"a/{topic}/0": 10}
+        plan = stub.PlanPartitions(
+            planner_pb2.PlanPartitionsRequest(
+                stream=name, query_id="old", start=resolved.offsets, end=latest.end
+            ),
+            timeout=10,
+        )
+        assert [(r.topic, r.from_offset, r.until_offset) for t in plan.tasks for r in t.ranges] == [
+            (topic, 0, 10)
+        ]
+        assert not plan.HasField("task_columns")
+        stub.Commit(
+            planner_pb2.CommitRequest(stream=name, query_id="old", end=latest.end), timeout=10
+        )
+    assert {q.query_id: dict(q.offsets) for q in admin.queries()}["old"] == {f"a/{topic}/0": 10}

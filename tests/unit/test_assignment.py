@@ -1,4 +1,6 @@
-"""Assigning split ranges to Spark tasks (coordinator.assignment)."""
+"""Assigning split ranges to Spark tasks (coordinator.assignment): one task
+per split with records at least, big ranges cut, more cuts up to the
+parallelism Spark has."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ import math
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from coordinator.assignment import Range, cut, plan_tasks
+from coordinator.assignment import Range, cut_ranges, group, piece_counts, plan_tasks
 
 
 def coverage(ranges: list[Range]) -> Counter[tuple[str, int]]:
@@ -36,29 +41,11 @@ def random_ranges(rng: random.Random) -> list[Range]:
     return out
 
 
-def expected_tasks(total: int, min_partitions: int, max_records: int) -> int:
-    """How many tasks a plan has: enough for max_records, at least
-    min_partitions, never more than one per record."""
-    return min(total, max(min_partitions, math.ceil(total / max_records), 1))
-
-
-# -- cut --------------------------------------------------------------------------
-
-
-def test_cut_in_pieces() -> None:
-    assert cut(Range("s", 10, 20), 4) == [
-        Range("s", 10, 14),
-        Range("s", 14, 18),
-        Range("s", 18, 20),
-    ]
-    assert cut(Range("s", 10, 20), 10) == [Range("s", 10, 20)]
-    assert cut(Range("s", 10, 20), 100) == [Range("s", 10, 20)]
-    assert cut(Range("s", 5, 5), 3) == []
-
-
-def test_range_size() -> None:
-    assert Range("s", 3, 10).size == 7
-    assert Range("s", 3, 3).size == 0
+def expected_tasks(sizes: list[int], target: int, max_records: int) -> int:
+    """How many tasks a plan has: one per range at least, enough for
+    max_records, and at least the target while there are that many records."""
+    at_least = sum(math.ceil(s / max_records) for s in sizes)
+    return max(at_least, min(target, sum(sizes)))
 
 
 # -- plan_tasks: examples ------------------------------------------------------------
@@ -89,42 +76,74 @@ def test_large_range_is_cut_to_max_records() -> None:
 def test_min_partitions_splits_one_range() -> None:
     tasks = plan_tasks([Range("a", 0, 100)], min_partitions=4)
     assert len(tasks) == 4
-    assert sorted(load(t) for t in tasks) == [25, 25, 25, 25]
+    assert [load(t) for t in tasks] == [25, 25, 25, 25]
+
+
+def test_parallelism_splits_one_range() -> None:
+    """A small batch of one split uses every core Spark has."""
+    tasks = plan_tasks([Range("a", 0, 100_000)], parallelism=2)
+    assert tasks == [[Range("a", 0, 50_000)], [Range("a", 50_000, 100_000)]]
+
+
+def test_the_larger_of_parallelism_and_min_partitions_counts() -> None:
+    assert len(plan_tasks([Range("a", 0, 100)], parallelism=3, min_partitions=5)) == 5
+    assert len(plan_tasks([Range("a", 0, 100)], parallelism=6, min_partitions=5)) == 6
 
 
 def test_min_partitions_above_record_count_gives_one_task_per_record() -> None:
     tasks = plan_tasks([Range("a", 0, 3)], min_partitions=10)
-    assert sorted(tasks) == [[Range("a", 0, 1)], [Range("a", 1, 2)], [Range("a", 2, 3)]]
+    assert tasks == [[Range("a", 0, 1)], [Range("a", 1, 2)], [Range("a", 2, 3)]]
 
 
-def test_small_ranges_are_grouped() -> None:
+def test_one_task_per_split_with_data() -> None:
+    """Without Spark's parallelism, like Spark's Kafka source: small ranges
+    are not grouped, so a small micro-batch spreads over its splits."""
     ranges = [Range(f"c/t/{i}", 0, 10) for i in range(10)]
     tasks = plan_tasks(ranges, max_records=1000)
-    assert len(tasks) == 1
-    assert sorted(tasks[0]) == sorted(ranges)
+    assert tasks == [[r] for r in sorted(ranges)]
+
+
+def test_parallelism_below_the_split_count_cuts_nothing() -> None:
+    ranges = [Range(f"c/t/{i}", 0, 10 * (i + 1)) for i in range(8)]
+    tasks = plan_tasks(ranges, parallelism=4)
+    assert [r for t in tasks for r in t] == sorted(ranges)  # whole ranges, grouped
+    assert len(tasks) == 4
+
+
+def test_more_cuts_go_to_the_larger_ranges() -> None:
+    """Proportional: a range 3 times larger gets 3 times the pieces."""
+    tasks = plan_tasks([Range("big", 0, 300), Range("small", 0, 100)], parallelism=4)
+    assert [t[0] for t in tasks] == [
+        Range("big", 0, 100),
+        Range("big", 100, 200),
+        Range("big", 200, 300),
+        Range("small", 0, 100),
+    ]
 
 
 def test_contiguous_pieces_of_one_split_are_merged() -> None:
-    # Adjacent input ranges of the same split in one task come out as one range.
+    # Adjacent input ranges of the same split come out as one range.
     tasks = plan_tasks([Range("a", 0, 10), Range("a", 10, 20), Range("a", 20, 25)])
     assert tasks == [[Range("a", 0, 25)]]
 
 
-def test_non_contiguous_pieces_are_not_merged() -> None:
+def test_non_contiguous_pieces_go_to_different_tasks() -> None:
+    # A task never holds two pieces of one split (the agent reads one range
+    # per partition at a time).
     tasks = plan_tasks([Range("a", 0, 10), Range("a", 11, 20)])
-    assert tasks == [[Range("a", 0, 10), Range("a", 11, 20)]]
+    assert tasks == [[Range("a", 0, 10)], [Range("a", 11, 20)]]
 
 
-def test_pieces_of_different_splits_are_not_merged() -> None:
+def test_pieces_of_different_splits_are_different_tasks() -> None:
     tasks = plan_tasks([Range("a", 0, 10), Range("b", 10, 20)])
-    assert tasks == [[Range("a", 0, 10), Range("b", 10, 20)]]
+    assert tasks == [[Range("a", 0, 10)], [Range("b", 10, 20)]]
 
 
 def test_output_is_deterministic_and_order_independent() -> None:
     ranges = [Range(f"c/t/{i}", i * 7, i * 7 + 13 * (i + 1)) for i in range(8)]
-    first = plan_tasks(ranges, min_partitions=3, max_records=40)
-    assert plan_tasks(ranges, min_partitions=3, max_records=40) == first
-    assert plan_tasks(list(reversed(ranges)), min_partitions=3, max_records=40) == first
+    first = plan_tasks(ranges, min_partitions=12, max_records=40)
+    assert plan_tasks(ranges, min_partitions=12, max_records=40) == first
+    assert plan_tasks(list(reversed(ranges)), min_partitions=12, max_records=40) == first
 
 
 def test_accepts_any_iterable() -> None:
@@ -133,80 +152,165 @@ def test_accepts_any_iterable() -> None:
 
 
 def test_no_task_exceeds_max_records_example() -> None:
-    tasks = plan_tasks([Range("a", 0, 7), Range("b", 0, 7), Range("c", 0, 6)], max_records=10)
-    assert max(load(t) for t in tasks) <= 10
+    tasks = plan_tasks([Range("a", 0, 7), Range("b", 0, 17), Range("c", 0, 6)], max_records=10)
+    assert [load(t) for t in tasks] == [7, 9, 8, 6]
 
 
-@pytest.mark.parametrize(
-    ("ranges", "min_partitions"),
-    [
-        ([Range("a", 0, 2), Range("b", 0, 2), Range("c", 0, 1)], 4),
-        ([Range("a", 0, 5)], 4),
-        ([Range("a", 0, 101)], 16),
-    ],
-)
-def test_min_partitions_is_honoured(ranges: list[Range], min_partitions: int) -> None:
-    tasks = plan_tasks(ranges, min_partitions=min_partitions)
-    assert len(tasks) >= min_partitions
+def test_piece_counts_cut_the_largest_pieces_first() -> None:
+    sizes = np.array([1000, 10, 1], dtype=np.int64)
+    assert piece_counts(sizes, max_records=10**6, target=3).tolist() == [1, 1, 1]
+    assert piece_counts(sizes, max_records=10**6, target=5).tolist() == [3, 1, 1]
+    # never more pieces than records
+    assert piece_counts(sizes, max_records=10**6, target=10**6).tolist() == [1000, 10, 1]
+
+
+def test_cut_ranges_on_arrays() -> None:
+    pieces = cut_ranges(
+        np.array([0, 100], dtype=np.int64),
+        np.array([5, 110], dtype=np.int64),
+        parallelism=4,
+    )
+    assert pieces.which.tolist() == [0, 0, 1, 1]
+    assert pieces.start.tolist() == [0, 3, 100, 105]
+    assert pieces.until.tolist() == [3, 5, 105, 110]
+
+
+def test_more_splits_than_cores_share_tasks() -> None:
+    """A small micro-batch over 8 splits on 2 cores: 2 tasks of 4 whole
+    splits each (a task per split would queue behind the cores); without the
+    parallelism, one task per split, as Spark's Kafka source plans."""
+    ranges = [Range(f"c/t/{i}", 100, 150) for i in range(8)]
+    two = plan_tasks(ranges, parallelism=2)
+    assert [[r.split for r in t] for t in two] == [
+        [f"c/t/{i}" for i in range(4)],
+        [f"c/t/{i}" for i in range(4, 8)],
+    ]
+    assert all(r.size == 50 for t in two for r in t)
+    assert len(plan_tasks(ranges)) == 8
+    # minPartitions says more than the parallelism
+    assert len(plan_tasks(ranges, parallelism=2, min_partitions=4)) == 4
+    # the records per task still bound the size: 400 records, at most 100
+    assert [load(t) for t in plan_tasks(ranges, parallelism=2, max_records=100)] == [100] * 4
+
+
+def test_grouping_keeps_tasks_under_max_records() -> None:
+    sizes = np.array([1, 100, 1], dtype=np.int64)
+    task = group(sizes, tasks=2, max_records=100)
+    assert np.bincount(task, weights=sizes).max() <= 100
+    assert task.tolist() == [0, 1, 2]
 
 
 # -- plan_tasks: properties over random range sets -------------------------------
+
+
+def check_plan(
+    ranges: list[Range],
+    tasks: list[list[Range]],
+    target: int,
+    max_records: int,
+    *,
+    grouped: bool = False,
+) -> None:
+    """``grouped``: Spark's parallelism is known, so pieces beyond the target
+    share tasks."""
+    # every record of every input range exactly once
+    out = [r for t in tasks for r in t]
+    assert coverage(out) == coverage(ranges)
+    assert all(c == 1 for c in coverage(out).values())
+    whole = [t[0] for t in plan_tasks(ranges, max_records=10**18)]  # the merged ranges
+    if not whole:
+        assert tasks == []
+        return
+    # no piece or task empty, none above max_records
+    assert all(t and all(p.size > 0 for p in t) for t in tasks)
+    assert max(load(t) for t in tasks) <= max_records
+    # the pieces: enough for max_records, and the target while records allow
+    pieces = expected_tasks([r.size for r in whole], target, max_records)
+    assert len(out) == pieces
+    if not grouped or pieces <= target:
+        # one piece per task: at least one task per split with records
+        assert all(len(t) == 1 for t in tasks)
+        assert {t[0].split for t in tasks} == {r.split for r in whole}
+    else:
+        # consecutive pieces grouped into about the target, evenly
+        total = sum(r.size for r in whole)
+        biggest = max(p.size for p in out)
+        assert len(tasks) <= max(target, -(-total // max_records)) + len(out)
+        assert max(load(t) for t in tasks) <= -(-total // len(tasks)) + biggest
+        assert [p for t in tasks for p in t] == sorted(out)
+    # the pieces of a range are consecutive, in order, within one record of each other
+    for r in whole:
+        mine = [p for p in out if p.split == r.split and r.start <= p.start < r.until]
+        assert mine[0].start == r.start
+        assert mine[-1].until == r.until
+        assert all(p.until == q.start for p, q in itertools.pairwise(mine))
+        assert max(p.size for p in mine) - min(p.size for p in mine) <= 1
 
 
 @pytest.mark.parametrize("seed", range(300))
 def test_plan_tasks_properties(seed: int) -> None:
     rng = random.Random(seed)
     ranges = random_ranges(rng)
-    min_partitions = rng.choice([1, 1, 2, 3, 8, 50])
+    min_partitions = rng.choice([0, 1, 2, 3, 8, 50])
+    parallelism = rng.choice([0, 1, 2, 16])
     max_records = rng.choice([1, 7, 50, 100, 100_000])
-    tasks = plan_tasks(ranges, min_partitions=min_partitions, max_records=max_records)
-    total = sum(r.size for r in ranges)
-
-    # every record of every input range exactly once
-    out = [r for t in tasks for r in t]
-    assert coverage(out) == coverage(ranges)
-    assert all(c == 1 for c in coverage(out).values())
-
-    if total == 0:
-        assert tasks == []
-        return
-    assert all(task for task in tasks)
-    assert all(r.size > 0 for r in out)
-
-    n = expected_tasks(total, min_partitions, max_records)
-    assert len(tasks) == n
-    loads = [load(t) for t in tasks]
-    # balanced: heaviest and lightest differ by at most one record, and no
-    # task reads more than max_records
-    assert max(loads) - min(loads) <= 1
-    assert max(loads) <= max_records
-
-    for task in tasks:
-        # merged: no two ranges of a task are contiguous pieces of one split
-        ordered = sorted(task)
-        for a, b in itertools.pairwise(ordered):
-            assert not (a.split == b.split and a.until == b.start)
-        # no range twice
-        assert len(set(task)) == len(task)
-
-    assert plan_tasks(ranges, min_partitions=min_partitions, max_records=max_records) == tasks
-
-
-@pytest.mark.parametrize("seed", range(100))
-def test_single_split_properties(seed: int) -> None:
-    """One big range (the common case of one hot partition) is cut into
-    consecutive pieces, one per task, none above max_records."""
-    rng = random.Random(seed)
-    size = rng.randrange(1, 5000)
-    min_partitions = rng.randrange(1, 20)
-    max_records = rng.randrange(1, 3000)
     tasks = plan_tasks(
-        [Range("a/t/0", 100, 100 + size)], min_partitions=min_partitions, max_records=max_records
+        ranges, min_partitions=min_partitions, max_records=max_records, parallelism=parallelism
     )
-    assert coverage([r for t in tasks for r in t]) == coverage([Range("a/t/0", 100, 100 + size)])
-    assert max(load(t) for t in tasks) <= max_records
-    assert len(tasks) >= math.ceil(size / max_records)
-    assert all(len(t) == 1 for t in tasks)
-    sizes = sorted(load(t) for t in tasks)
-    assert sizes[-1] - sizes[0] <= 1
-    assert len(tasks) == expected_tasks(size, min_partitions, max_records)
+    check_plan(
+        ranges,
+        tasks,
+        max(min_partitions, parallelism, 1),
+        max_records,
+        grouped=parallelism > 0,
+    )
+    again = plan_tasks(
+        ranges, min_partitions=min_partitions, max_records=max_records, parallelism=parallelism
+    )
+    assert again == tasks
+
+
+@given(
+    st.lists(st.integers(1, 10_000), min_size=0, max_size=30),
+    st.integers(0, 200),
+    st.integers(0, 64),
+    st.integers(1, 5_000),
+)
+def test_cut_ranges_property(
+    sizes: list[int], min_partitions: int, parallelism: int, max_records: int
+) -> None:
+    """Every record of every range is in exactly one task; a task reads one
+    consecutive piece of one range; pieces of a range differ by at most one
+    record; the count follows the rules."""
+    start = np.array([1000 * i for i in range(len(sizes))], dtype=np.int64)
+    until = start + np.array(sizes, dtype=np.int64)
+    pieces = cut_ranges(
+        start,
+        until,
+        min_partitions=min_partitions,
+        max_records=max_records,
+        parallelism=parallelism,
+    )
+    which, a, b = pieces.which.tolist(), pieces.start.tolist(), pieces.until.tolist()
+    # pieces tile each range in order, with no gap and no overlap
+    for i, size in enumerate(sizes):
+        mine = [(x, y) for w, x, y in zip(which, a, b, strict=True) if w == i]
+        assert mine[0][0] == 1000 * i
+        assert mine[-1][1] == 1000 * i + size
+        assert all(p[1] == q[0] for p, q in itertools.pairwise(mine))
+        lengths = [y - x for x, y in mine]
+        assert min(lengths) >= 1
+        assert max(lengths) - min(lengths) <= 1
+        assert max(lengths) <= max_records
+    assert which == sorted(which)
+    target = max(min_partitions, parallelism, 1)
+    assert len(which) == (expected_tasks(sizes, target, max_records) if sizes else 0)
+    # tasks hold consecutive pieces, none above max_records
+    task = pieces.task.tolist()
+    assert task == sorted(task)
+    assert set(task) == set(range(len(set(task))))
+    if which:
+        loads = np.bincount(pieces.task, weights=pieces.until - pieces.start)
+        assert loads.max() <= max_records
+    if parallelism == 0 or len(which) <= target:
+        assert task == list(range(len(which)))

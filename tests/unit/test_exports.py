@@ -43,7 +43,7 @@ PUBLIC = {
         "get_agent",
         "record_batch",
     ],
-    "spark_bridge": ["MultiKafkaDataSource", "SourceOptions"],
+    "spark_bridge": ["MultiKafkaDataSource", "SourceOptions", "register"],
 }
 
 

@@ -1,4 +1,5 @@
-"""Offset vectors: canonical JSON (Spark compares it as text), validation, split ids."""
+"""Offset vectors: the document Spark stores (one text per vector, old flat
+checkpoints still read), the wire columns, validation, split ids."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import json
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from multikafka_core import offsets as ov
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.model import SplitId
 from multikafka_core.offsets import NO_SPLITS, OFFSET_MAX
+from multikafka_core.v1 import planner_pb2
 
 
 def test_canonical_sorts_keys() -> None:
@@ -22,6 +26,7 @@ def test_canonical_sorts_keys() -> None:
 def test_canonical_of_nothing_is_the_placeholder() -> None:
     assert ov.canonical({}) == {NO_SPLITS: 0}
     assert ov.canonical({NO_SPLITS: 0}) == {NO_SPLITS: 0}
+    assert ov.canonical(ov.EMPTY) == {NO_SPLITS: 0}
 
 
 def test_canonical_drops_the_placeholder_when_there_are_splits() -> None:
@@ -30,6 +35,34 @@ def test_canonical_drops_the_placeholder_when_there_are_splits() -> None:
 
 def test_to_json_of_nothing() -> None:
     assert json.loads(ov.to_json({})) == {NO_SPLITS: 0}
+    assert ov.parse_json(ov.to_json({})) == ov.EMPTY
+
+
+def test_document_is_nested_with_dense_partition_lists() -> None:
+    vector = {"west/t/1": 5, "east/u/0": 3, "east/t/0": 1, "west/t/0": 4, "east/t/1": 2}
+    assert ov.to_document(vector) == {
+        "east": {"t": [1, 2], "u": [3]},
+        "west": {"t": [4, 5]},
+    }
+    # clusters, then topics, in order: Spark compares the text
+    assert ov.to_json(vector) == '{"east": {"t": [1, 2], "u": [3]}, "west": {"t": [4, 5]}}'
+
+
+def test_document_names_partitions_when_they_are_not_0_to_n() -> None:
+    assert ov.to_document({"c/t/1": 7, "c/t/10": 9, "c/u/0": 1}) == {
+        "c": {"t": {"1": 7, "10": 9}, "u": [1]}
+    }
+
+
+def test_document_is_several_times_smaller_than_the_flat_form() -> None:
+    vector = {
+        f"c{c}/topic-{t:03d}/{p}": 123_456_789 + p
+        for c in range(3)
+        for t in range(10)
+        for p in range(100)
+    }
+    flat = len(json.dumps(ov.canonical(vector)))
+    assert len(ov.to_json(vector)) * 2.5 < flat
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -44,7 +77,8 @@ def test_to_json_is_byte_identical_for_any_insertion_order(seed: int) -> None:
     rng.shuffle(shuffled)
     assert ov.to_json(vector) == ov.to_json(dict(shuffled))
     assert ov.to_json(vector) == ov.to_json(dict(reversed(list(vector.items()))))
-    assert json.loads(ov.to_json(vector)) == vector
+    assert ov.parse_json(ov.to_json(vector)) == vector
+    assert ov.parse_json(ov.to_json(vector)).to_dict() == vector
 
 
 def test_to_json_round_trips_through_parse_json() -> None:
@@ -52,10 +86,170 @@ def test_to_json_round_trips_through_parse_json() -> None:
     assert ov.parse_json(ov.to_json(vector)) == vector
 
 
-def test_splits_of_drops_the_placeholder() -> None:
-    assert ov.splits_of({NO_SPLITS: 0}) == {}
-    assert ov.splits_of({NO_SPLITS: 0, "a/t/0": 1}) == {"a/t/0": 1}
-    assert ov.splits_of({"a/t/0": 1, "b/t/0": 2}) == {"a/t/0": 1, "b/t/0": 2}
+def test_old_checkpoints_in_the_flat_form_are_read() -> None:
+    """Spark hands back what an earlier version wrote into the offsets log:
+    the flat form, placeholder included. It means the same vector."""
+    old = '{"east/orders/0": 12, "east/orders/1": 40, "west/orders/0": 7}'
+    vector = ov.parse_json(old)
+    assert vector.to_dict() == {"east/orders/0": 12, "east/orders/1": 40, "west/orders/0": 7}
+    assert ov.to_document(vector) == {"east": {"orders": [12, 40]}, "west": {"orders": [7]}}
+    assert ov.parse_json('{"<no splits>": 0}') == ov.EMPTY
+
+
+def test_nested_and_flat_entries_may_be_mixed() -> None:
+    assert ov.parse({"a": {"t": [1, 2]}, "b/t/0": 3}).to_dict() == {
+        "a/t/0": 1,
+        "a/t/1": 2,
+        "b/t/0": 3,
+    }
+
+
+def test_a_split_given_twice_is_refused() -> None:
+    with pytest.raises(ValidationError, match="twice"):
+        ov.parse({"a": {"t": [1]}, "a/t/0": 1})
+    with pytest.raises(ValidationError, match="twice"):
+        ov.parse({"a": {"t": {"0": 1}}, "a/t/0": 2})
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"a": {"t": [1, -1]}}, "offsets.a.t[1]"),
+        ({"a": {"t": [1, True]}}, "offsets.a.t[1]"),
+        ({"a": {"t": [1, None]}}, "offsets.a.t[1]"),
+        ({"a": {"t": [OFFSET_MAX + 1]}}, "offsets.a.t[0]"),
+        ({"a": {"t": {"01": 1}}}, "offsets.a.t.01"),
+        ({"a": {"t": {str(2**31): 1}}}, f"offsets.a.t.{2**31}"),
+        ({"a": {"t": 5}}, "offsets.a.t"),
+        ({"a": {"": [1]}}, "offsets.a."),
+        ({"a": {"x/y": [1]}}, "offsets.a.x/y"),
+        ({"a/b": {"t": [1]}}, "offsets.a/b"),
+        ({"a": [1, 2]}, "offsets.a"),
+    ],
+)
+def test_parse_refuses_malformed_nested_documents(doc: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        ov.parse(doc)
+    assert info.value.field == field
+
+
+def test_special_offsets_in_nested_documents_only_when_asked() -> None:
+    assert ov.parse({"a": {"t": [-2, -1, 5]}}, allow_special=True).to_dict() == {
+        "a/t/0": -2,
+        "a/t/1": -1,
+        "a/t/2": 5,
+    }
+    with pytest.raises(ValidationError):
+        ov.parse({"a": {"t": [-2]}})
+
+
+# -- columns ----------------------------------------------------------------------
+
+
+def test_columns_round_trip() -> None:
+    vector = ov.parse({"b/t/0": 7, "a/t/10": 0, "a/t/2": OFFSET_MAX, "a/u/3": 1})
+    msg = ov.to_columns(vector)
+    assert list(msg.clusters) == ["a", "a", "b"]
+    assert list(msg.topics) == ["t", "u", "t"]
+    assert list(msg.counts) == [2, 1, 1]
+    assert list(msg.partitions) == [2, 10, 3, 0]
+    assert ov.from_columns(msg) == vector
+    assert ov.from_columns(ov.to_columns({})) == ov.EMPTY
+
+
+def test_columns_in_any_order_are_sorted() -> None:
+    msg = planner_pb2.OffsetColumns(
+        clusters=["b", "a"],
+        topics=["t", "t"],
+        counts=[1, 2],
+        partitions=[0, 5, 1],
+        offsets=[9, 8, 7],
+    )
+    vector = ov.from_columns(msg)
+    assert list(vector.items()) == [("a/t/1", 7), ("a/t/5", 8), ("b/t/0", 9)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"clusters": ["a"], "topics": [], "counts": [1]}, "same length"),
+        ({"partitions": [0], "offsets": []}, "same length"),
+        ({"counts": [2], "partitions": [0], "offsets": [1]}, "add up"),
+        ({"counts": [1], "partitions": [-1], "offsets": [1]}, ">= 0"),
+        ({"counts": [1], "partitions": [0], "offsets": [-1]}, "offset >= 0"),
+        ({"counts": [2], "partitions": [3, 3], "offsets": [1, 2]}, "twice"),
+        ({"clusters": ["a/b"]}, "without '/'"),
+        ({"topics": [""]}, "non-empty"),
+    ],
+)
+def test_columns_are_checked(fields: dict[str, list[object]], problem: str) -> None:
+    base: dict[str, list[object]] = {
+        "clusters": ["a"],
+        "topics": ["t"],
+        "counts": [0],
+        "partitions": [],
+        "offsets": [],
+    }
+    with pytest.raises(ValidationError) as info:
+        ov.from_columns(planner_pb2.OffsetColumns(**{**base, **fields}), "start")
+    assert problem in info.value.problem
+    assert info.value.field.startswith("start")
+
+
+# -- the vector as a mapping --------------------------------------------------------
+
+
+def test_vector_is_a_mapping_of_split_ids() -> None:
+    vector = ov.parse({"b/t/0": 7, "a/t/10": 0, "a/t/2": 5})
+    assert len(vector) == 3
+    assert vector["a/t/10"] == 0
+    assert "a/t/2" in vector
+    assert "a/t/3" not in vector
+    assert "nonsense" not in vector
+    assert 3 not in vector
+    with pytest.raises(KeyError):
+        vector["c/t/0"]
+    assert dict(vector) == {"a/t/2": 5, "a/t/10": 0, "b/t/0": 7}
+    assert ov.clusters_of(vector) == {"a", "b"}
+    assert ov.clusters_of({"a/t/0": 1, NO_SPLITS: 0}) == {"a"}
+
+
+def test_repr_of_a_large_vector_is_short() -> None:
+    vector = ov.parse({"c": {"t": list(range(1000))}})
+    assert repr(vector) == "SplitOffsets(1000 splits in 1 topics of 1 clusters)"
+
+
+def test_splits_from_counts_and_positions() -> None:
+    splits = ov.Splits.from_counts("c", {"t": 3, "u": 0, "v": 2})
+    assert splits.ids() == ["c/t/0", "c/t/1", "c/t/2", "c/v/0", "c/v/1"]
+    assert splits.topic_partitions() == [("t", 0), ("t", 1), ("t", 2), ("v", 0), ("v", 1)]
+    other = ov.parse({"c/t/2": 0, "c/u/0": 0, "c/v/1": 0, "d/t/0": 0}).splits
+    at, found = splits.positions(other)
+    assert found.tolist() == [True, False, True, False]
+    assert at[found].tolist() == [2, 4]
+    assert splits.cluster_slice("c") == slice(0, 5)
+    assert splits.cluster_slice("d") == slice(5, 5)
+
+
+@given(
+    st.dictionaries(
+        st.tuples(
+            st.sampled_from(["a", "b", "c-1"]),
+            st.sampled_from(["t", "t.2", "u_x"]),
+            st.integers(0, 2**31 - 1) | st.integers(0, 12),
+        ),
+        st.integers(0, OFFSET_MAX),
+        max_size=40,
+    )
+)
+def test_every_form_round_trips(entries: dict[tuple[str, str, int], int]) -> None:
+    flat = {f"{c}/{t}/{p}": o for (c, t, p), o in entries.items()}
+    vector = ov.parse(flat)
+    assert vector.to_dict() == flat
+    assert ov.parse_json(ov.to_json(vector)) == vector
+    assert ov.from_columns(ov.to_columns(vector)) == vector
+    assert ov.parse(ov.canonical(vector)) == vector
+    assert list(vector) == [f"{c}/{t}/{p}" for c, t, p in sorted(entries)]
 
 
 def test_parse_accepts_a_valid_vector() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.planner import ClusterSnapshot, allocate, new_splits, plan_end
 from multikafka_core.exceptions import DataLossError
-from multikafka_core.model import ClusterState
+from multikafka_core.model import ClusterState, SplitId
 from multikafka_core.offsets import NO_SPLITS, to_json
 
 ACTIVE = ClusterState.ACTIVE
@@ -91,6 +91,19 @@ def test_allocate_properties(seed: int) -> None:
     # deterministic, and independent of insertion order
     assert allocate(backlog, budget) == shares
     assert allocate(dict(reversed(list(backlog.items()))), budget) == shares
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_allocate_exact_with_huge_backlogs(seed: int) -> None:
+    """Backlogs whose products overflow 64 bits are still split exactly."""
+    rng = random.Random(seed)
+    backlog = {f"c/t/{i}": rng.randrange(1, 2**62) for i in range(rng.randrange(1, 20))}
+    total = sum(backlog.values())
+    budget = rng.randrange(0, min(total, 2**63 - 1))
+    shares = allocate(backlog, budget)
+    assert sum(shares.values()) == budget
+    for s, b in backlog.items():
+        assert abs(shares[s] * total - budget * b) < total
 
 
 # -- plan_end: advancing --------------------------------------------------------
@@ -421,8 +434,11 @@ def test_end_vector_is_canonical() -> None:
         "east": snap({"east/t/1": 2, "east/t/0": 2, "east/t/2": 0}),
     }
     plan = plan_end(start, clusters, {"east/t/2": 0})
-    assert list(plan.end) == sorted(plan.end)
-    assert json.dumps(plan.end) == to_json(plan.end)
+    # sorted by (cluster, topic, partition), and one JSON text for one vector
+    assert list(plan.end) == ["east/t/0", "east/t/1", "east/t/2", "west/t/0"]
+    assert to_json(plan.end) == json.dumps({"east": {"t": [2, 2, 0]}, "west": {"t": [2]}})
+    reordered = plan_end(dict(reversed(start.items())), clusters, {"east/t/2": 0})
+    assert to_json(reordered.end) == to_json(plan.end)
 
 
 def test_end_vector_of_nothing_is_the_placeholder() -> None:
@@ -453,3 +469,152 @@ def test_plan_is_deterministic() -> None:
     )
     assert reordered == plan
     assert sum(v for k, v in plan.end.items() if k in start) == 50
+
+
+# -- plan_end: accounting -------------------------------------------------------
+
+
+def test_planned_and_lag_per_cluster() -> None:
+    start = {"east/t/0": 0, "east/t/1": 10, "west/t/0": 5}
+    clusters = {
+        "east": snap({"east/t/0": 30, "east/t/1": 20}),
+        "west": snap({}, reachable=False, splits={"west/t/0"}),
+    }
+    plan = plan_end(start, clusters, {}, budget=20)
+    assert plan.planned == {"east": 20, "west": 0}
+    assert plan.lag == {"east": 40}
+
+
+# -- plan_end against a per-split model ------------------------------------------
+
+
+def model_plan(
+    start: Mapping[str, int],
+    clusters: Mapping[str, ClusterSnapshot],
+    entry: Mapping[str, int],
+    budget: int | None,
+    cap: Mapping[str, int] | None,
+) -> tuple[dict[str, int], dict[str, str], set[str]]:
+    """What plan_end does, one split at a time (the code before columns),
+    with the rounding of the budget going to earlier splits in
+    (cluster, topic, partition) order. Returns end, retired, data lost."""
+    order = sorted(start, key=SplitId.parse)
+    end: dict[str, int] = {}
+    retired: dict[str, str] = {}
+    lost: set[str] = set()
+    backlog: dict[str, int] = {}
+    for s in order:
+        pos, split = start[s], SplitId.parse(s)
+        c = clusters.get(split.cluster)
+        if c is None:
+            retired[s] = "cluster removed from the stream"
+            continue
+        drain = dict(c.drain) if c.drain is not None else None
+        if split.topic not in c.topics:
+            retired[s] = "topic removed from the stream"
+            continue
+        if c.state is ClusterState.FAILED:
+            retired[s] = "cluster failed"
+            continue
+        if c.state is ClusterState.STANDBY:
+            retired[s] = "cluster is standby"
+            continue
+        draining = c.state is ClusterState.DRAINING
+        if draining and drain is not None and (s not in drain or pos >= drain[s]):
+            retired[s] = "drained"
+            continue
+        if not c.reachable or (draining and drain is None):
+            end[s] = pos
+            continue
+        high = dict(c.latest).get(s)
+        if high is None:
+            lost.add(s)
+            continue
+        if high < pos:
+            lost.add(s)
+            end[s] = 0
+            continue
+        if draining and drain is not None:
+            high = min(high, drain[s])
+        if cap is not None:
+            high = min(high, cap.get(s, pos))
+        end[s] = pos
+        if high > pos:
+            backlog[s] = high - pos
+    total = sum(backlog.values())
+    if budget is not None and total > budget:
+        keys = sorted(backlog, key=SplitId.parse)
+        shares = {s: budget * backlog[s] // total for s in keys}
+        left = budget - sum(shares.values())
+        by_rest = sorted(keys, key=lambda s: (-(budget * backlog[s] % total), SplitId.parse(s)))
+        for s in by_rest[:left]:
+            shares[s] += 1
+    else:
+        shares = backlog
+    for s, n in shares.items():
+        end[s] += n
+    for s in new_splits(start, clusters):
+        if s in entry and (cap is None or s in cap):
+            end[s] = entry[s]
+    return end, retired, lost
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_plan_end_matches_the_per_split_model(seed: int) -> None:
+    rng = random.Random(seed)
+    states = [ClusterState.ACTIVE] * 3 + [
+        ClusterState.DRAINING,
+        ClusterState.FAILED,
+        ClusterState.STANDBY,
+    ]
+    clusters: dict[str, ClusterSnapshot] = {}
+    start: dict[str, int] = {}
+    entry: dict[str, int] = {}
+    for c in ("a", "b", "c", "d"):
+        topics = ["t", "u10", "u2"][: rng.randrange(1, 4)]
+        latest: dict[str, int] = {}
+        for t in ["t", "u10", "u2", "gone"]:
+            for p in range(rng.randrange(0, 13)):
+                s = f"{c}/{t}/{p}"
+                pos = rng.randrange(0, 1000)
+                held = rng.random() < 0.7
+                if held:
+                    start[s] = pos
+                elif rng.random() < 0.7:
+                    entry[s] = rng.randrange(0, 100)
+                if t in topics and rng.random() < 0.97:
+                    latest[s] = pos + rng.randrange(-3, 500) if held else rng.randrange(0, 900)
+        if c == "d" and rng.random() < 0.5:
+            continue  # removed from the stream
+        state = rng.choice(states)
+        drain = None
+        if state is ClusterState.DRAINING and rng.random() < 0.8:
+            drain = {
+                s: o + rng.randrange(-50, 300) for s, o in latest.items() if rng.random() < 0.9
+            }
+        clusters[c] = snap(
+            latest,
+            state=state,
+            topics=topics,
+            reachable=rng.random() < 0.85,
+            drain=drain,
+        )
+    budget = rng.choice([None, 0, 1, 17, 1000, 10**6])
+    cap = None
+    if rng.random() < 0.3:
+        cap = {s: o + rng.randrange(0, 200) for s, o in start.items() if rng.random() < 0.8}
+        cap.update({s: 0 for s in entry if rng.random() < 0.5})
+    end, retired, lost = model_plan(start, clusters, entry, budget, cap)
+    plan = plan_end(start, clusters, entry, budget=budget, cap=cap, fail_on_data_loss=False)
+    assert plan.end.to_dict() == end
+    assert plan.retired == retired
+    assert set(plan.data_loss) == lost
+    if lost:
+        with pytest.raises(DataLossError):
+            plan_end(start, clusters, entry, budget=budget, cap=cap)
+
+
+def test_snapshot_takes_ids_and_mappings() -> None:
+    s = ClusterSnapshot(ACTIVE, frozenset({"t"}), True, frozenset({"c/t/1", "c/t/0"}), {"c/t/0": 4})
+    assert s.splits.ids() == ["c/t/0", "c/t/1"]
+    assert s.latest == {"c/t/0": 4}

@@ -271,3 +271,27 @@ def test_options_are_frozen() -> None:
     o = parse()
     with pytest.raises(AttributeError):
         o.stream = "other"  # type: ignore[misc]
+
+
+def test_register_carries_the_session_parallelism_to_the_python_workers() -> None:
+    """Python workers cannot ask Spark for its parallelism: the class
+    registered carries it, and Spark pickles that class by value."""
+    from types import SimpleNamespace
+
+    from pyspark import cloudpickle
+
+    import spark_bridge
+
+    registered: list[type] = []
+    spark = SimpleNamespace(
+        sparkContext=SimpleNamespace(defaultParallelism=7),
+        dataSource=SimpleNamespace(register=registered.append),
+    )
+    cls = spark_bridge.register(spark)  # type: ignore[arg-type]
+    assert registered == [cls]
+    assert cls.name() == "multikafka"
+    shipped = cloudpickle.loads(cloudpickle.dumps(cls))
+    assert shipped.default_parallelism == 7
+    reader = shipped({"coordinator": "127.0.0.1:1", "stream": "s"}).streamReader(None)
+    assert reader.options.parallelism == 7
+    assert spark_bridge.MultiKafkaDataSource.default_parallelism == 0
