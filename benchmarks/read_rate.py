@@ -1,4 +1,4 @@
-"""Read rate: Spark ``format("multikafka")`` against plain consumers.
+"""Read rate and read-path CPU: Spark ``format("multikafka")`` against plain consumers.
 
     python -m benchmarks.read_rate [--records 1000000] [--repeat 3] [--out docs]
 
@@ -9,21 +9,37 @@ alternating, ``--repeat`` times each (after ``--warmup`` untimed rounds):
 
 * ``raw``: one plain confluent-kafka ``Consumer`` per cluster, read one after
   the other in this process (assign every partition from offset 0, batch
-  ``consume`` until every record is read; the product's fetch settings);
-* ``agent``: multikafka's reader agent reading the whole stream, planned as
-  Spark would plan one batch, in this process (no Spark): the product's read
-  path including Arrow building, without Spark;
-* ``spark``: a Structured Streaming query with ``Trigger.AvailableNow`` into
-  the ``noop`` sink with default source options (one micro-batch);
+  ``consume`` until every record is read; the product's fetch settings),
+  checking ``error()`` of every message, the garbage collector left on;
+* ``raw_nogc_count`` (the CPU baseline): the same with Python's garbage
+  collector disabled, only counting what ``consume`` returns (the consumers'
+  end positions are checked against the watermarks afterwards);
+* ``agent`` / ``agent_python``: multikafka's reader agent reading the whole
+  stream, planned as Spark would plan one batch, in this process (no Spark),
+  with the default decoder (the compiled one when built) / with
+  ``MULTIKAFKA_DECODER=python``;
+* ``spark`` / ``spark_python``: a Structured Streaming query with
+  ``Trigger.AvailableNow`` into the ``noop`` sink with default source options
+  (one micro-batch), with the default decoder / with the Python decoder in
+  the workers (a benchmark-side subclass of the source sets the variable);
 * ``spark_batched``: the same with ``maxOffsetsPerTrigger`` = a tenth and
-  ``minPartitions`` = cores, so that the rate after the first micro-batch
+  otherwise default options, so that the rate after the first micro-batch
   (steady state) can be read from ``query.recentProgress``.
 
-Rates are records per second of wall time; ratios are taken per round against
-that round's ``raw`` (so both sides saw the same machine load). Results go to
-``benchmarks/out/read_rate.json`` and ``<out>/img/read_rate.png``.
-``--profile`` also runs one agent read under cProfile and prints where the
-time goes (``benchmarks/out/agent_read.prof``).
+Rates are records per second of wall time; rate ratios are per round against
+that round's ``raw``. CPU seconds per million records: for the in-process
+readers, of the threads that read (the calling thread and those started for
+the read: librdkafka's, the agent's; not the coordinator's, which shares the
+process), from consumer creation to the last ``consume``; for Spark's Python
+workers, Spark's JVM and the brokers, of their processes (``/proc/<pid>/stat``).
+CPU ratios are per round against ``raw_nogc_count``.
+Before the rounds, the read-path options of issue 8 are timed on messages
+consumed into memory (:mod:`benchmarks._decode_options`).
+
+Results go to ``benchmarks/out/read_rate.json`` and ``<out>/img/read_rate.png``.
+``--profile`` also runs one agent read per decoder under cProfile and prints
+where the time goes (``benchmarks/out/agent_read.<decoder>.prof``), and the
+garbage collector diagnosis; ``--py-spy`` samples Spark's Python workers.
 """
 
 from __future__ import annotations
@@ -49,6 +65,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -84,7 +101,24 @@ PARTITIONS = 4
 CONSUME_BATCH = 20_000
 CORES = 2
 
-METHODS = ("raw", "agent", "spark", "spark_batched")
+METHODS = (
+    "raw",
+    "raw_nogc_count",
+    "agent",
+    "agent_python",
+    "spark",
+    "spark_python",
+    "spark_batched",
+)
+#: The CPU baseline: a plain consumer, GC off, that only counts.
+BASELINE = "raw_nogc_count"
+#: Readers that run in the benchmark process (their CPU is the process's).
+IN_PROCESS = ("raw", "raw_nogc_count", "agent", "agent_python")
+#: How often spark_batched splits the stream (maxOffsetsPerTrigger = 1/10).
+BATCHES = 10
+#: Goals of issue 8: worker CPU / baseline CPU; batched steady / in-batch rate.
+CPU_GOAL = 1.5
+STEADY_GOAL = 0.8
 
 
 @dataclass
@@ -163,8 +197,41 @@ def watermarks(bootstrap: str) -> int:
 # -- the measured readers ---------------------------------------------------
 
 
-def read_raw(setup: Setup, on_batch: Callable[[int], None]) -> Run:
-    """Plain consumers, one cluster after the other, in this process."""
+def _thread_cpu() -> dict[int, float]:
+    """Native thread id -> seconds on CPU, of every thread of this process
+    (``/proc/self/task/<tid>/schedstat``: nanoseconds)."""
+    out: dict[int, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            on_cpu = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0]
+        except (OSError, IndexError):
+            continue
+        out[int(tid)] = int(on_cpu) / 1e9
+    return out
+
+
+class ReaderCpu:
+    """CPU seconds of the threads that read in this process: the calling
+    thread and every thread started since (a consumer's librdkafka threads,
+    an agent's), not the coordinator's or the Spark driver's, which share
+    the process. Read it before the consumers close (their threads end)."""
+
+    def __init__(self) -> None:
+        self._me = threading.get_native_id()
+        self._before = _thread_cpu()
+
+    def used(self) -> float:
+        before = self._before
+        return sum(
+            v - before.get(tid, 0.0)
+            for tid, v in _thread_cpu().items()
+            if tid == self._me or tid not in before
+        )
+
+
+def read_raw(setup: Setup, on_batch: Callable[[int], None], *, count_only: bool = False) -> Run:
+    """Plain consumers, one cluster after the other, in this process.
+    ``count_only``: the strict baseline, GC disabled, no per-message work."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from multikafka.devstack.stack import TANSU_PROPERTIES
@@ -172,38 +239,128 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None]) -> Run:
 
     t0 = time.perf_counter()
     total = 0
-    for name, bootstrap in setup.bootstraps.items():
-        config: dict[str, str | int] = {
-            **_READER_DEFAULTS,
-            **TANSU_PROPERTIES,
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-raw",
-            "client.id": f"bench-raw-{name}",
-        }
-        consumer = Consumer(config)
-        try:
-            consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-            left = setup.per_cluster[name]
-            while left > 0:
-                msgs = consumer.consume(min(CONSUME_BATCH, left), timeout=0.5)
-                good = 0
-                for m in msgs:
-                    err = m.error()
-                    if err is None:
-                        good += 1
-                    elif err.code() != KafkaError._PARTITION_EOF:
-                        raise RuntimeError(f"{name}: {err.str()}")
-                left -= good
-                total += good
-                on_batch(good)
-        finally:
+    cpu_s = 0.0
+    gc_was = gc.isenabled()
+    if count_only:
+        gc.collect()
+        gc.disable()
+    try:
+        for name, bootstrap in setup.bootstraps.items():
+            config: dict[str, str | int] = {
+                **_READER_DEFAULTS,
+                **TANSU_PROPERTIES,
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench-raw",
+                "client.id": f"bench-raw-{name}",
+            }
+            meter = ReaderCpu()
+            consumer = Consumer(config)
+            try:
+                tps = [TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)]
+                consumer.assign(tps)
+                left = setup.per_cluster[name]
+                while left > 0:
+                    msgs = consumer.consume(min(CONSUME_BATCH, left), timeout=0.5)
+                    if count_only:
+                        good = len(msgs)
+                    else:
+                        good = 0
+                        for m in msgs:
+                            err = m.error()
+                            if err is None:
+                                good += 1
+                            elif err.code() != KafkaError._PARTITION_EOF:
+                                raise RuntimeError(f"{name}: {err.str()}")
+                    del msgs
+                    left -= good
+                    total += good
+                    on_batch(good)
+                cpu_s += meter.used()
+                if count_only:  # nothing but records was counted: all read, no more
+                    end = sum(tp.offset for tp in consumer.position(tps))
+                    if end != setup.per_cluster[name]:
+                        raise RuntimeError(f"{name}: ended at {end}, not {setup.per_cluster[name]}")
+            finally:
+                consumer.close()
+    finally:
+        if count_only and gc_was:
+            gc.enable()
+    method = "raw_nogc_count" if count_only else "raw"
+    return Run(method, 0, total, time.perf_counter() - t0, {"reader_cpu_s": cpu_s})
+
+
+def read_raw_parallel(setup: Setup) -> Run:
+    """``raw_nogc_count`` with both clusters read at the same time, one thread
+    each (``consume`` releases the GIL), as Spark's two tasks read on two
+    cores: the same baseline when the machine is as busy as under Spark."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from multikafka.devstack.stack import TANSU_PROPERTIES
+    from multikafka_core.providers.kafka import _READER_DEFAULTS
+
+    meter = ReaderCpu()
+    consumers = {
+        name: Consumer(
+            {
+                **_READER_DEFAULTS,
+                **TANSU_PROPERTIES,
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench-raw",
+                "client.id": f"bench-raw-parallel-{name}",
+            }
+        )
+        for name, bootstrap in setup.bootstraps.items()
+    }
+    counts: dict[str, int] = {}
+    #: CPU of the counting threads, which end before the meter reads
+    counting_cpu: list[float] = []
+
+    def count(name: str) -> None:
+        cpu0 = time.thread_time()
+        consumer, left = consumers[name], setup.per_cluster[name]
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        while left > 0:
+            left -= len(consumer.consume(min(CONSUME_BATCH, left), timeout=0.5))
+        counts[name] = setup.per_cluster[name] - left
+        counting_cpu.append(time.thread_time() - cpu0)
+
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=count, args=(n,)) for n in consumers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        seconds, cpu_s = time.perf_counter() - t0, meter.used() + sum(counting_cpu)
+    finally:
+        gc.enable()
+        for consumer in consumers.values():
             consumer.close()
-    return Run("raw", 0, total, time.perf_counter() - t0)
+    return Run("raw_nogc_count_parallel", 0, sum(counts.values()), seconds, {"reader_cpu_s": cpu_s})
+
+
+def parallel_baseline(setup: Setup, repeat: int) -> dict[str, Any]:
+    """CPU per million records of ``raw_nogc_count`` one cluster after the
+    other and both at once, alternating."""
+    scale = 1_000_000 / setup.expected
+    out: dict[str, list[float]] = {"raw_nogc_count": [], "raw_nogc_count_parallel": []}
+    for rnd in range(repeat + 1):  # the first round warms up
+        serial = read_raw(setup, lambda n: None, count_only=True)
+        both = read_raw_parallel(setup)
+        for run in (serial, both):
+            if run.records != setup.expected:
+                raise RuntimeError(f"{run.method} read {run.records:,} of {setup.expected:,}")
+            if rnd:
+                out[run.method].append(float(run.extra["reader_cpu_s"]) * scale)
+    return {k: summary(v) for k, v in out.items()}
 
 
 def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     """The whole stream planned as one Spark batch with default options."""
     from multikafka_core.planner_client import PlannerClient
+    from multikafka_core.transport import ConnectConfig
     from multikafka_core.v1 import planner_pb2
     from spark_bridge.options import SourceOptions
     from spark_bridge.partition import partitions_from_plan
@@ -225,7 +382,7 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
         client.close()
     parts = partitions_from_plan(
         plan,
-        coordinator=address,
+        coordinator=ConnectConfig.parse(address),
         stream=STREAM,
         query_id=query_id,
         include_headers=False,
@@ -234,33 +391,66 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     return [p.task for p in parts]
 
 
-def read_agent(setup: Setup, on_batch: Callable[[int], None]) -> Run:
+@contextmanager
+def decoder_env(name: str | None) -> Iterator[None]:
+    """``MULTIKAFKA_DECODER=name`` in this process for a while (None: as it was)."""
+    from multikafka_core import env
+
+    before = os.environ.get(env.DECODER)
+    if name is not None:
+        os.environ[env.DECODER] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(env.DECODER, None)
+        else:
+            os.environ[env.DECODER] = before
+
+
+def read_agent(setup: Setup, on_batch: Callable[[int], None], *, decoder: str | None = None) -> Run:
     """A fresh reader agent reads every task, one after the other."""
+    from multikafka_core import arrow
     from reader_agent import ReaderAgent
 
     t0 = time.perf_counter()
     tasks = plan_tasks(setup.stack.coordinator_address, f"bench-agent-{uuid.uuid4().hex[:8]}")
     planned = time.perf_counter()
-    agent = ReaderAgent(heartbeat_interval_s=2.0)
     total = 0
-    try:
-        for task in tasks:
-            for batch in agent.read(task):
-                total += batch.num_rows
-                on_batch(batch.num_rows)
-    finally:
-        agent.close()
+    cpu_s = 0.0
+    with decoder_env(decoder):
+        meter = ReaderCpu()
+        agent = ReaderAgent(heartbeat_interval_s=2.0)
+        try:
+            for task in tasks:
+                for batch in agent.read(task):
+                    total += batch.num_rows
+                    on_batch(batch.num_rows)
+            cpu_s = meter.used()
+        finally:
+            agent.close()
+            # The reader freezes what is alive at its first batches (for a
+            # Spark worker: see _collector_paused); give it back to the
+            # collector, so that ``raw`` always meets the same heap.
+            gc.unfreeze()
+        used = arrow.active_decoder()
     return Run(
-        "agent",
+        "agent" if decoder is None else f"agent_{decoder}",
         0,
         total,
         time.perf_counter() - t0,
-        {"tasks": len(tasks), "plan_s": planned - t0},
+        {
+            "tasks": len(tasks),
+            "plan_s": planned - t0,
+            "decoder": used,
+            "reader_cpu_s": cpu_s,
+        },
     )
 
 
 def _proc_table() -> dict[int, tuple[int, float, str]]:
-    """pid -> (parent pid, CPU seconds used, command line) of every process."""
+    """pid -> (parent pid, CPU seconds used, command line) of every process.
+    CPU includes reaped children (pyspark's daemon reaps the workers it forks)."""
     tick = os.sysconf("SC_CLK_TCK")
     table: dict[int, tuple[int, float, str]] = {}
     for entry in os.listdir("/proc"):
@@ -272,7 +462,8 @@ def _proc_table() -> dict[int, tuple[int, float, str]]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, cmd)
+        used = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        table[int(entry)] = (int(fields[1]), used / tick, cmd)
     return table
 
 
@@ -319,7 +510,7 @@ def cpu_by_role(before: dict[int, tuple[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for pid, (role, seconds) in cpu_snapshot().items():
         used = seconds - before[pid][1] if pid in before else seconds
-        out[role] = round(out.get(role, 0.0) + used, 2)
+        out[role] = out.get(role, 0.0) + used
     return out
 
 
@@ -352,7 +543,7 @@ def read_spark(
             .start()
         )
         try:
-            while not query.awaitTermination(0.5):
+            while not query.awaitTermination(1):
                 on_rows(sum(int(p["numInputRows"]) for p in query.recentProgress))
             elapsed = time.perf_counter() - t0
             progress = list(query.recentProgress)
@@ -386,24 +577,26 @@ def read_spark(
 # -- profile ------------------------------------------------------------------
 
 
-def profile_agent(setup: Setup, top: int = 25) -> str:
-    """One agent read under cProfile; returns the top functions by own time."""
+def profile_agent(setup: Setup, decoder: str, top: int = 25) -> str:
+    """One agent read under cProfile with ``decoder``; returns the top
+    functions by own time (``benchmarks/out/agent_read.<decoder>.prof``)."""
     from reader_agent import ReaderAgent
 
     tasks = plan_tasks(setup.stack.coordinator_address, f"bench-profile-{uuid.uuid4().hex[:8]}")
-    agent = ReaderAgent(heartbeat_interval_s=2.0)
     profiler = cProfile.Profile()
-    try:
-        profiler.enable()
-        for task in tasks:
-            for _ in agent.read(task):
-                pass
-        profiler.disable()
-    finally:
-        agent.close()
+    with decoder_env(decoder):
+        agent = ReaderAgent(heartbeat_interval_s=2.0)
+        try:
+            profiler.enable()
+            for task in tasks:
+                for _ in agent.read(task):
+                    pass
+            profiler.disable()
+        finally:
+            agent.close()
     out_dir = resolve_out("benchmarks/out")
     out_dir.mkdir(parents=True, exist_ok=True)
-    profiler.dump_stats(str(out_dir / "agent_read.prof"))
+    profiler.dump_stats(str(out_dir / f"agent_read.{decoder}.prof"))
     buf = io.StringIO()
     stats = pstats.Stats(profiler, stream=buf)
     stats.sort_stats("tottime").print_stats(top)
@@ -434,69 +627,118 @@ class GcTimer:
             gc.callbacks.remove(self)
 
 
-def register_gc_off_source(spark: SparkSession) -> str:
-    """Register ``multikafka_gc_off``: the product's source, with Python's
-    cyclic garbage collector disabled while a task reads (a diagnostic, not a
-    product change: pyspark runs ``gc.collect()`` after every task anyway).
-    Defined here in ``__main__``, so cloudpickle ships it to the workers."""
+def register_variant_source(
+    spark: SparkSession,
+    name: str,
+    *,
+    decoder: str = "",
+    gc_off: bool = False,
+    freeze: bool | None = None,
+) -> str:
+    """Register ``name``: the product's source, with ``MULTIKAFKA_DECODER``
+    set to ``decoder``, Python's cyclic garbage collector disabled while a
+    task reads (``gc_off``: pyspark runs ``gc.collect()`` after every task
+    anyway), or with the reader's ``gc.freeze()`` (see ``_collector_paused``)
+    started over with every task (``freeze=True``: as in a new worker) or
+    undone and stopped (``freeze=False``: as before it existed), so that runs
+    of either kind can alternate in the same workers.
+    Diagnostics, not product changes. Defined here in ``__main__``, so
+    cloudpickle ships it to the workers."""
     from spark_bridge import MultiKafkaDataSource
     from spark_bridge.options import SourceOptions
     from spark_bridge.source import MultiKafkaStreamReader
 
-    class GcOffStreamReader(MultiKafkaStreamReader):
+    class VariantStreamReader(MultiKafkaStreamReader):
         def read(self, partition: Any) -> Iterator[Any]:
             import gc as worker_gc
+            import os as worker_os
+
+            from multikafka_core import env
 
             enabled = worker_gc.isenabled()
-            worker_gc.disable()
+            before = worker_os.environ.get(env.DECODER)
+            if gc_off:
+                worker_gc.disable()
+            if freeze is not None:
+                from multikafka_core.providers import kafka
+
+                worker_gc.unfreeze()
+                # 0: the reader freezes as in a new worker; past the end: never
+                kafka._batches = 0 if freeze else kafka._FREEZE_UNTIL
+            if decoder:
+                worker_os.environ[env.DECODER] = decoder
             try:
                 yield from super().read(partition)
             finally:
                 if enabled:
                     worker_gc.enable()
+                if before is None:
+                    worker_os.environ.pop(env.DECODER, None)
+                else:
+                    worker_os.environ[env.DECODER] = before
 
-    class GcOffSource(MultiKafkaDataSource):
+    class VariantSource(MultiKafkaDataSource):
         @classmethod
         def name(cls) -> str:
-            return "multikafka_gc_off"
+            return name
 
-        def streamReader(self, schema: Any) -> GcOffStreamReader:
-            return GcOffStreamReader(SourceOptions.parse(self.options, streaming=True))
+        def streamReader(self, schema: Any) -> VariantStreamReader:
+            return VariantStreamReader(SourceOptions.parse(self.options, streaming=True))
 
-    spark.dataSource.register(GcOffSource)
-    return GcOffSource.name()
+    spark.dataSource.register(VariantSource)
+    return name
+
+
+#: The garbage collector variants of the spark run: (name, source options).
+GC_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("frozen", {"freeze": True}),
+    ("not_frozen", {"freeze": False}),
+    ("off", {"gc_off": True, "freeze": True}),
+)
 
 
 def spark_gc_diagnosis(spark: SparkSession, setup: Setup, repeat: int) -> dict[str, Any]:
-    """The ``spark`` run with the workers' garbage collector on and off while reading."""
-    gc_off = register_gc_off_source(spark)
+    """The ``spark`` run with the reader's freezing of the workers' objects
+    (as shipped, started over in every task as in a new worker), without it,
+    and with the collector off while reading (freezing too)."""
+    sources = {
+        name: register_variant_source(spark, f"multikafka_gc_{name}", **opts)
+        for name, opts in GC_VARIANTS
+    }
     runs: list[dict[str, Any]] = []
-    for rnd in range(repeat + 1):  # the first round warms the new source up
-        for source in ("multikafka", gc_off):
+    for rnd in range(repeat + 1):  # the first round warms the new sources up
+        for variant, source in sources.items():
             cpu0 = cpu_snapshot()
             run = read_spark(
                 spark, setup, lambda n: None, method="spark", options={}, source=source
             )
             if run.records != setup.expected:
                 raise RuntimeError(f"{source} read {run.records:,} of {setup.expected:,}")
+            cpu = cpu_by_role(cpu0)
+            console.log(
+                f"gc diagnosis {rnd}/{repeat}: spark, collector {variant:<10} "
+                f"{run.rate:>10,.0f} records/s, workers "
+                f"{cpu.get(WORKERS, 0.0) / run.records * 1e6:.2f} CPU-s/1M"
+            )
             runs.append(
                 {
-                    "gc": source == "multikafka",
+                    "gc": variant,
                     "round": rnd - 1,
                     "rate": run.rate,
                     "in_batch_rate": run.extra.get("trigger_rate"),
-                    "cpu_s": cpu_by_role(cpu0),
+                    "cpu_s": cpu,
                 }
             )
     runs = [r for r in runs if r["round"] >= 0]
     out: dict[str, Any] = {"runs": runs}
-    for enabled in (True, False):
-        mine = [r for r in runs if r["gc"] == enabled]
-        key = f"spark_gc_{'on' if enabled else 'off'}"
+    scale = 1_000_000 / setup.expected
+    for variant in sources:
+        mine = [r for r in runs if r["gc"] == variant]
+        key = f"spark_gc_{variant}"
         out[key] = summary([r["rate"] for r in mine])
         out[f"{key}_in_batch"] = summary([r["in_batch_rate"] for r in mine if r["in_batch_rate"]])
-        out[f"{key}_worker_cpu_s"] = summary(
-            [r["cpu_s"].get("spark python workers", 0.0) for r in mine]
+        out[f"{key}_worker_cpu_per_million"] = summary(
+            [r["cpu_s"].get(WORKERS, 0.0) * scale for r in mine]
         )
     return out
 
@@ -668,7 +910,8 @@ def measure(
     max_per_trigger: int,
 ) -> list[Run]:
     runs: list[Run] = []
-    batched = {"maxOffsetsPerTrigger": str(max_per_trigger), "minPartitions": str(CORES)}
+    batched = {"maxOffsetsPerTrigger": str(max_per_trigger)}
+    python_source = register_variant_source(spark, "multikafka_python_decoder", decoder="python")
     rounds = warmup + repeat
     with progress_bar() as progress:
         overall = progress.add_task("all runs", total=rounds * len(METHODS), note="")
@@ -681,18 +924,18 @@ def measure(
                 )
                 step = functools.partial(progress.advance, current)
                 cpu0 = cpu_snapshot()
-                if method == "raw":
-                    run = read_raw(setup, step)
-                elif method == "agent":
-                    run = read_agent(setup, step)
+                if method in ("raw", "raw_nogc_count"):
+                    run = read_raw(setup, step, count_only=method == "raw_nogc_count")
+                elif method in ("agent", "agent_python"):
+                    run = read_agent(setup, step, decoder="python" if method != "agent" else None)
                 else:
-                    options = batched if method == "spark_batched" else {}
                     run = read_spark(
                         spark,
                         setup,
                         lambda n: progress.update(current, completed=n),
                         method=method,
-                        options=options,
+                        options=batched if method == "spark_batched" else {},
+                        source=python_source if method == "spark_python" else "multikafka",
                     )
                 run.extra["cpu_s"] = cpu_by_role(cpu0)
                 if run.records != setup.expected:
@@ -705,10 +948,23 @@ def measure(
                     run.round = rnd - warmup
                     runs.append(run)
                 console.log(
-                    f"{label}: {method:<14} {run.rate:>12,.0f} records/s ({run.seconds:.2f} s)"
+                    f"{label}: {method:<14} {run.rate:>12,.0f} records/s ({run.seconds:.2f} s, "
+                    f"{reader_cpu(run) / run.records * 1e6:.2f} CPU-s/1M)"
                 )
     return runs
 
+
+def reader_cpu(run: Run) -> float:
+    """CPU seconds of the processes that read: the benchmark process for the
+    in-process readers, Spark's Python workers otherwise."""
+    if run.method in IN_PROCESS:
+        return float(run.extra["reader_cpu_s"])
+    return float(run.extra["cpu_s"].get(WORKERS, 0.0))
+
+
+WORKERS = "spark python workers"
+BROKERS = "tansu brokers"
+JVM = "spark jvm"
 
 #: Rates derived from Spark runs: (name, method, key of Run.extra).
 DERIVED = (
@@ -717,13 +973,16 @@ DERIVED = (
 )
 
 
-def summarize(runs: list[Run], repeat: int) -> dict[str, Any]:
+def summarize(runs: list[Run], repeat: int, records: int) -> dict[str, Any]:
+    """Medians [min-max] of rates, rate ratios, CPU per million records and
+    CPU ratios, each ratio taken per round."""
     by_round = {(r.method, r.round): r for r in runs}
+    rounds = range(repeat)
     per_round: dict[str, list[float | None]] = {
-        m: [by_round[(m, i)].rate for i in range(repeat)] for m in METHODS
+        m: [by_round[(m, i)].rate for i in rounds] for m in METHODS
     }
     for name, method, key in DERIVED:
-        per_round[name] = [by_round[(method, i)].extra.get(key) for i in range(repeat)]
+        per_round[name] = [by_round[(method, i)].extra.get(key) for i in rounds]
     ratios: dict[str, list[float]] = {}
     for name, values in per_round.items():
         if name != "raw":
@@ -731,11 +990,42 @@ def summarize(runs: list[Run], repeat: int) -> dict[str, Any]:
                 v / raw for v, raw in zip(values, per_round["raw"], strict=True) if v and raw
             ]
     ratios["spark/agent"] = [
-        by_round[("spark", i)].rate / by_round[("agent", i)].rate for i in range(repeat)
+        by_round[("spark", i)].rate / by_round[("agent", i)].rate for i in rounds
     ]
+    steady = [
+        s / b
+        for s, b in zip(per_round["spark_batched_steady"], per_round["spark_in_batch"], strict=True)
+        if s and b
+    ]
+    ratios["spark_batched_steady/spark_in_batch"] = steady
+
+    scale = 1_000_000 / records
+    cpu: dict[str, dict[str, list[float]]] = {}
+    for m in METHODS:
+        mine = [by_round[(m, i)] for i in rounds]
+        cpu[m] = {
+            "reader": [reader_cpu(r) * scale for r in mine],
+            "brokers": [r.extra["cpu_s"].get(BROKERS, 0.0) * scale for r in mine],
+        }
+        if m not in IN_PROCESS:
+            cpu[m]["jvm"] = [r.extra["cpu_s"].get(JVM, 0.0) * scale for r in mine]
+    base = cpu[BASELINE]["reader"]
+    cpu_ratios = {
+        f"{m}/{BASELINE}": [v / b for v, b in zip(cpu[m]["reader"], base, strict=True) if b]
+        for m in METHODS
+        if m != BASELINE
+    }
     return {
         "rates": {k: summary([v for v in vs if v]) for k, vs in per_round.items()},
         "ratios": {k: summary(v) for k, v in ratios.items()},
+        "cpu_s_per_million": {
+            m: {part: summary(v) for part, v in parts.items()} for m, parts in cpu.items()
+        },
+        "cpu_ratios": {k: summary(v) for k, v in cpu_ratios.items()},
+        "goals": {
+            "worker_cpu_over_baseline": CPU_GOAL,
+            "batched_steady_over_in_batch": STEADY_GOAL,
+        },
     }
 
 
@@ -745,79 +1035,165 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rates = result["summary"]["rates"]
-    names = ["raw", "agent", "spark", "spark_in_batch", "spark_batched", "spark_batched_steady"]
+    cfg = result["config"]
+    summ = result["summary"]
+    rates, ratios = summ["rates"], summ["ratios"]
+    names = [
+        "raw",
+        "raw_nogc_count",
+        "agent",
+        "agent_python",
+        "spark",
+        "spark_python",
+        "spark_in_batch",
+        "spark_batched",
+        "spark_batched_steady",
+    ]
     labels = {
-        "raw": "plain consumer",
-        "agent": "reader agent\n(Arrow, no Spark)",
-        "spark": "Spark AvailableNow\n(1 micro-batch)",
-        "spark_in_batch": "same, inside\nthe micro-batch",
-        "spark_batched": "Spark AvailableNow\n(maxOffsetsPerTrigger\n"
-        f"={result['config']['spark_batched_options']['maxOffsetsPerTrigger']:,})",
+        "raw": "plain\nconsumer",
+        "raw_nogc_count": "plain consumer\nGC off, count",
+        "agent": "reader agent\n(no Spark)",
+        "agent_python": "agent,\nPython decoder",
+        "spark": "Spark\nAvailableNow",
+        "spark_python": "Spark,\nPython decoder",
+        "spark_in_batch": "Spark, inside\nthe micro-batch",
+        "spark_batched": f"Spark, {BATCHES}\nmicro-batches",
         "spark_batched_steady": "same, after\n1st micro-batch",
     }
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 5.5), width_ratios=[3, 2])
     med = [rates[n]["median"] / 1000 for n in names]
     lo = [max(m - rates[n]["min"] / 1000, 0) for m, n in zip(med, names, strict=True)]
     hi = [max(rates[n]["max"] / 1000 - m, 0) for m, n in zip(med, names, strict=True)]
-    fig, ax = plt.subplots(figsize=(11, 5))
-    colors = ["#7f7f7f", "#1f77b4", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a"]
-    bars = ax.bar(
-        [labels[n] for n in names], med, yerr=[lo, hi], capsize=6, color=colors[: len(names)]
-    )
-    ratios = result["summary"]["ratios"]
+    colors = ["#7f7f7f", "#4f4f4f", "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#ffdd99"]
+    colors += ["#2ca02c", "#98df8a"]
+    bars = left.bar([labels[n] for n in names], med, yerr=[lo, hi], capsize=5, color=colors)
     for bar, n, h in zip(bars, names, hi, strict=True):
         ratio = ratios[f"{n}/raw"]["median"] if n != "raw" else 1.0
-        ax.annotate(
-            f"{ratio:.2f}x raw",
+        left.annotate(
+            f"{ratio:.2f}x",
             (bar.get_x() + bar.get_width() / 2, bar.get_height() + h),
-            xytext=(0, 4),
+            xytext=(0, 3),
             textcoords="offset points",
             ha="center",
-            fontsize=9,
+            fontsize=8,
         )
-    cfg = result["config"]
-    ax.set_ylabel("thousand records / s (median, min-max)")
-    ax.set_title(
-        f"Read rate, {cfg['records']:,} records x {cfg['value_size']} B, "
-        f"2 tansu clusters x {PARTITIONS} partitions, {result['machine']['nproc']} cores"
+    left.set_ylabel("thousand records / s (median, min-max)")
+    left.set_title(
+        f"Read rate (ratio to plain consumer); steady/in-batch "
+        f"{ratios['spark_batched_steady/spark_in_batch']['median']:.2f} (goal >= {STEADY_GOAL})",
+        fontsize=10,
     )
-    top = max(m + h for m, h in zip(med, hi, strict=True))
-    gc_off = result.get("gc_diagnosis", {}).get("raw_gc_off")
-    if gc_off:  # the stricter baseline (--profile): the plain consumer without GC
-        level = gc_off["median"] / 1000
-        ax.axhline(level, color="#7f7f7f", linestyle="--", linewidth=1)
-        ax.annotate(
-            f"plain consumer with the garbage collector off: {level:,.0f}k/s",
-            (0, level),
-            xytext=(-30, 4),
-            textcoords="offset points",
-            fontsize=9,
-            color="#4f4f4f",
+    left.tick_params(axis="x", labelsize=8)
+    left.grid(axis="y", alpha=0.3)
+
+    cpu = summ["cpu_s_per_million"]
+    shown = ["raw_nogc_count", "agent", "agent_python", "spark", "spark_python", "spark_batched"]
+    parts = [
+        ("reader", "reader threads / Python workers", "#1f77b4"),
+        ("jvm", "Spark JVM", "#ff7f0e"),
+    ]
+    parts.append(("brokers", "tansu brokers", "#bcbd22"))
+    bottom = [0.0] * len(shown)
+    for key, label, color in parts:
+        vals = [cpu[m].get(key, {}).get("median", 0.0) for m in shown]
+        right.bar([labels[m] for m in shown], vals, bottom=bottom, color=color, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    base = cpu[BASELINE]["reader"]["median"]
+    for i, m in enumerate(shown):
+        reader = cpu[m]["reader"]["median"]
+        note = (
+            "baseline"
+            if m == BASELINE
+            else f"{summ['cpu_ratios'][f'{m}/{BASELINE}']['median']:.2f}x"
         )
-        top = max(top, level)
-    ax.set_ylim(0, top * 1.2)
-    ax.grid(axis="y", alpha=0.3)
+        right.annotate(
+            f"{reader:.2f} ({note})",
+            (i, bottom[i]),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            fontsize=8,
+        )
+    right.axhline(
+        base * CPU_GOAL,
+        color="#d62728",
+        linestyle="--",
+        linewidth=1,
+        label=f"goal: reader CPU <= {CPU_GOAL} x baseline",
+    )
+    right.set_ylabel("CPU seconds per million records (median)")
+    right.set_title("CPU per million records, by process", fontsize=10)
+    right.tick_params(axis="x", labelsize=8)
+    right.legend(fontsize=8, loc="upper left")
+    right.set_ylim(0, max(bottom) * 1.25)
+    right.grid(axis="y", alpha=0.3)
+    fig.suptitle(
+        f"{cfg['records']:,} records x {cfg['value_size']} B, 2 tansu clusters x {PARTITIONS} "
+        f"partitions, {result['machine']['nproc']} cores, decoder {cfg.get('decoder', '?')}",
+        fontsize=11,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _cell(s: dict[str, float], fmt: str = ",.0f") -> str:
+    return f"{s['median']:{fmt}} [{s['min']:{fmt}} - {s['max']:{fmt}}]"
+
+
 def print_summary(result: dict[str, Any]) -> None:
+    summ = result["summary"]
     table = Table(title="read rate (records/s): median \\[min - max]")
     table.add_column("method")
     table.add_column("rate", justify="right")
     table.add_column("ratio to raw (per round)", justify="right")
-    rates, ratios = result["summary"]["rates"], result["summary"]["ratios"]
+    rates, ratios = summ["rates"], summ["ratios"]
     for name, s in rates.items():
         r = ratios.get(f"{name}/raw")
+        table.add_row(name, _cell(s), _cell(r, ".3f") if r else "1")
+    console.print(table)
+    for key in ("spark/agent", "spark_batched_steady/spark_in_batch"):
+        console.print(f"{key}: {_cell(ratios[key], '.3f')}")
+
+    table = Table(title="CPU seconds per million records: median \\[min - max]")
+    for col in (
+        "method",
+        "reader threads / workers",
+        f"reader / {BASELINE}",
+        "Spark JVM",
+        "brokers",
+    ):
+        table.add_column(col, justify="right")
+    cpu, cpu_ratios = summ["cpu_s_per_million"], summ["cpu_ratios"]
+    for m in METHODS:
+        r = cpu_ratios.get(f"{m}/{BASELINE}")
         table.add_row(
-            name,
-            f"{s['median']:,.0f} [{s['min']:,.0f} - {s['max']:,.0f}]",
-            f"{r['median']:.3f} [{r['min']:.3f} - {r['max']:.3f}]" if r else "1",
+            m,
+            _cell(cpu[m]["reader"], ".3f"),
+            _cell(r, ".2f") if r else "1",
+            _cell(cpu[m]["jvm"], ".3f") if "jvm" in cpu[m] else "",
+            _cell(cpu[m]["brokers"], ".3f"),
         )
     console.print(table)
-    s = ratios["spark/agent"]
-    console.print(f"spark/agent: {s['median']:.3f} [{s['min']:.3f} - {s['max']:.3f}]")
+    worker = cpu_ratios[f"spark/{BASELINE}"]["median"]
+    steady = ratios["spark_batched_steady/spark_in_batch"]["median"]
+    console.print(
+        f"goals: Spark worker CPU / baseline {worker:.2f} (<= {CPU_GOAL}: "
+        f"{'met' if worker <= CPU_GOAL else 'not met'}); batched steady / in-batch "
+        f"{steady:.2f} (>= {STEADY_GOAL}: {'met' if steady >= STEADY_GOAL else 'not met'})"
+    )
+
+
+def print_options(options: dict[str, Any]) -> None:
+    table = Table(
+        title=f"read-path options on {options['records']:,} consumed messages: "
+        "CPU-s per million records, decode + bookkeeping + RecordBatch"
+    )
+    for col in ("option", "CPU-s / 1M", "what"):
+        table.add_column(col, justify="right" if col != "what" else "left")
+    for name, s in options["cpu_s_per_million"].items():
+        table.add_row(name, _cell(s, ".3f"), options["what"][name])
+    console.print(table)
 
 
 def print_gc(diag: dict[str, Any]) -> None:
@@ -834,26 +1210,51 @@ def print_gc(diag: dict[str, Any]) -> None:
             f"{off['median'] / on['median']:.2f}",
             f"{share['median']:.0%} [{share['min']:.0%} - {share['max']:.0%}]",
         )
+    console.print(table)
     sp = diag.get("spark")
-    if sp:
-        for suffix, label in (("", "spark"), ("_in_batch", "spark, in batch")):
-            on, off = sp[f"spark_gc_on{suffix}"], sp[f"spark_gc_off{suffix}"]
-            table.add_row(
-                label,
-                f"{on['median']:,.0f} [{on['min']:,.0f} - {on['max']:,.0f}]",
-                f"{off['median']:,.0f} [{off['min']:,.0f} - {off['max']:,.0f}]",
-                f"{off['median'] / on['median']:.2f}",
-                "",
-            )
-        on, off = sp["spark_gc_on_worker_cpu_s"], sp["spark_gc_off_worker_cpu_s"]
+    if not sp:
+        return
+    table = Table(title="Spark workers' garbage collector: median \\[min - max]")
+    for col in (
+        "collector in the workers",
+        "records/s",
+        "inside the micro-batch",
+        "worker CPU-s / 1M",
+    ):
+        table.add_column(col, justify="right")
+    labels = {
+        "frozen": "frozen by the reader (as shipped, new worker)",
+        "not_frozen": "not frozen (before)",
+        "off": "frozen, and off while reading",
+    }
+    for variant, label in labels.items():
+        key = f"spark_gc_{variant}"
         table.add_row(
-            "worker CPU s",
-            f"{on['median']:.2f} [{on['min']:.2f} - {on['max']:.2f}]",
-            f"{off['median']:.2f} [{off['min']:.2f} - {off['max']:.2f}]",
-            f"{off['median'] / on['median']:.2f}",
-            "",
+            label,
+            _cell(sp[key]),
+            _cell(sp[f"{key}_in_batch"]),
+            _cell(sp[f"{key}_worker_cpu_per_million"], ".3f"),
         )
     console.print(table)
+
+
+def decode_options(setup: Setup, records: int, repeat: int) -> dict[str, Any]:
+    """Time the read-path options on messages of the first cluster consumed
+    into memory (:mod:`benchmarks._decode_options`)."""
+    from benchmarks._decode_options import consume, measure_options
+
+    name, bootstrap = next(iter(setup.bootstraps.items()))
+    with console.status(f"consuming up to {records:,} messages of {name} into memory"):
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            batches = consume(bootstrap, TOPIC, PARTITIONS, records, CONSUME_BATCH)
+        finally:
+            if gc_was:
+                gc.enable()
+    with progress_bar(transient=True) as progress:
+        task = progress.add_task("read-path options", total=None, note="")
+        return measure_options(batches, repeat, lambda: progress.advance(task))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -872,7 +1273,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="cProfile one agent read; time the raw and agent reads with gc on and off",
+        help="cProfile one agent read per decoder; time raw, agent and spark reads with gc on and off",
+    )
+    parser.add_argument(
+        "--decode-records",
+        type=int,
+        default=200_000,
+        help="messages consumed into memory to time the read-path options (0: skip)",
     )
     parser.add_argument(
         "--py-spy",
@@ -880,8 +1287,12 @@ def main(argv: list[str] | None = None) -> int:
         help="sample Spark's Python workers with py-spy during one more spark run",
     )
     args = parser.parse_args(argv)
+    # A SIGTERM (timeout, a cancelled CI job) unwinds like Ctrl-C does, so
+    # the stack this run started (etcd, brokers, Spark) is stopped.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     quiet_logs()
     from multikafka.devstack.stack import TANSU_PROPERTIES
+    from multikafka_core import arrow
 
     result: dict[str, Any] = {
         "benchmark": "read_rate",
@@ -895,6 +1306,7 @@ def main(argv: list[str] | None = None) -> int:
             "partitions_per_cluster": PARTITIONS,
             "spark_cores": CORES,
             "stream_properties": TANSU_PROPERTIES,
+            "decoder": arrow.active_decoder(),
         },
     }
     console.rule("[bold]multikafka read rate")
@@ -904,11 +1316,11 @@ def main(argv: list[str] | None = None) -> int:
             f"stream holds {setup.expected:,} (with {len(CLUSTERS) * PARTITIONS} fences)"
         )
         # Ten equal micro-batches of the whole stream (fences included).
-        max_per_trigger = args.max_per_trigger or max(-(-setup.expected // 10), 1)
-        result["config"]["spark_batched_options"] = {
-            "maxOffsetsPerTrigger": max_per_trigger,
-            "minPartitions": CORES,
-        }
+        max_per_trigger = args.max_per_trigger or max(-(-setup.expected // BATCHES), 1)
+        result["config"]["spark_batched_options"] = {"maxOffsetsPerTrigger": max_per_trigger}
+        if args.decode_records:
+            result["options"] = decode_options(setup, args.decode_records, args.repeat)
+            print_options(result["options"])
         runs = measure(
             spark,
             setup,
@@ -929,13 +1341,24 @@ def main(argv: list[str] | None = None) -> int:
             }
             for r in runs
         ]
-        result["summary"] = summarize(runs, args.repeat)
+        result["summary"] = summarize(runs, args.repeat, setup.expected)
         if args.profile:
-            with console.status("profiling one agent read (cProfile)"):
-                result["profile_top"] = profile_agent(setup)
-            console.print(result["profile_top"])
+            result["profile_top"] = {}
+            for decoder in ("python", "auto"):
+                with console.status(f"profiling one agent read (cProfile, decoder {decoder})"):
+                    result["profile_top"][decoder] = profile_agent(setup, decoder)
+                console.rule(f"cProfile, agent read, MULTIKAFKA_DECODER={decoder}")
+                console.print(result["profile_top"][decoder])
             with console.status("raw and agent reads with the garbage collector on and off"):
                 result["gc_diagnosis"] = gc_diagnosis(setup, args.repeat)
+            with console.status("the baseline with both clusters read at once"):
+                result["parallel_baseline"] = parallel_baseline(setup, args.repeat)
+            pb = result["parallel_baseline"]
+            console.print(
+                "raw_nogc_count CPU-s/1M, one cluster after the other: "
+                f"{_cell(pb['raw_nogc_count'], '.3f')}; both at once (2 threads): "
+                f"{_cell(pb['raw_nogc_count_parallel'], '.3f')}"
+            )
             with console.status("spark runs with the workers' garbage collector on and off"):
                 result["gc_diagnosis"]["spark"] = spark_gc_diagnosis(spark, setup, args.repeat)
             print_gc(result["gc_diagnosis"])
@@ -944,6 +1367,8 @@ def main(argv: list[str] | None = None) -> int:
                 result["py_spy"] = pyspy_spark(spark, setup)
             print_pyspy(result["py_spy"])
     json_path, png = finish("read_rate", result, args.out, plot)
+    if "options" in result:
+        print_options(result["options"])
     print_summary(result)
     console.print(f"wrote {json_path} and {png}")
     return 0

@@ -5,16 +5,33 @@ column.
 PySpark's Python data source refuses a batch whose schema does not equal
 ``to_arrow_schema(<declared DDL>, timezone="UTC")``, so the DDL, the Arrow
 schema and the arrays built here must agree (``tests/unit/test_arrow_schema.py``).
+
+Decoding is most of a Python worker's own CPU per record, so it has two
+implementations that give equal columns: a compiled one
+(``multikafka_core/_decode.c``, see :mod:`multikafka_core._cdecode`) and a
+Python one that every machine can run (``tests/unit/test_decode.py`` runs
+both; ``docs/benchmarks.md`` has the numbers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from itertools import chain
+from operator import methodcaller
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+from confluent_kafka import Message as KafkaMessage
+
+from multikafka_core import _cdecode, env
+from multikafka_core._cdecode import CompiledDecoder
+
+logger = logging.getLogger(__name__)
 
 #: Spark's Kafka source types of ``timestamp`` and ``headers``.
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -43,7 +60,8 @@ SPARK_DDL_WITH_HEADERS = (
 
 
 class Message(Protocol):
-    """What decoding reads of a ``confluent_kafka.Message`` (which tests cannot build)."""
+    """What decoding reads of a ``confluent_kafka.Message``. Both decoders
+    are fastest on the real class; other objects go through the methods."""
 
     def topic(self) -> str | None: ...
     def partition(self) -> int | None: ...
@@ -108,30 +126,174 @@ class Columns:
             return {}
         # The first occurrence of each code in the reversed batch is its last record.
         present, first_rev = np.unique(codes[::-1], return_index=True)
-        last = len(codes) - 1 - first_rev
-        offsets = self.offset.to_numpy(zero_copy_only=False)
-        times_us = self.timestamp.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        return self._last_records(pairs, present, len(codes) - 1 - first_rev)
+
+    def _last_records(
+        self, pairs: list[tuple[str, int]], present: Iterable[int], last: np.ndarray
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        rows = pa.array(np.asarray(last, np.int64))
+        offsets = self.offset.take(rows).to_pylist()
+        times_us = self.timestamp.take(rows).cast(pa.int64()).to_pylist()
         return {
-            pairs[int(c)]: (int(offsets[i]), int(times_us[i]) // 1000)
-            for c, i in zip(present, last, strict=True)
+            pairs[int(c)]: (offset, time_us // 1000)
+            for c, offset, time_us in zip(present, offsets, times_us, strict=True)
         }
 
 
-def decode(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
-    """Kafka messages (without errors) as Arrow columns: one pass per field."""
-    # (type, time) per record as an (n, 2) array.
-    ts = np.array([m.timestamp() for m in msgs], np.int64).reshape(-1, 2)
+class _IndexedColumns(Columns):
+    """Columns whose decoder also found :meth:`partitions` and each
+    partition's last record on the way. Not a dataclass of its own, so
+    ``dataclasses.fields`` and ``filter`` (which builds plain ``Columns``)
+    never carry an index that no longer matches the rows."""
+
+    def __init__(
+        self,
+        *args: Any,
+        index: PartitionIndex | None = None,
+        last: np.ndarray | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._index = index
+        self._last = last
+
+    def partitions(self) -> PartitionIndex:
+        return self._index if self._index is not None else super().partitions()
+
+    def last_per_partition(self, index: PartitionIndex) -> dict[tuple[str, int], tuple[int, int]]:
+        pairs, codes = index
+        if self._index is None or self._last is None or codes is not self._index[1]:
+            return super().last_per_partition(index)
+        return self._last_records(pairs, range(len(pairs)), self._last)
+
+
+#: The decoders :func:`decode` can use; ``MULTIKAFKA_DECODER`` picks one.
+DECODERS = ("auto", "python", "c", "c-accessors")
+
+
+def decode(
+    msgs: Sequence[Message], *, include_headers: bool, decoder: str | None = None
+) -> Columns:
+    """Kafka messages (without errors) as Arrow columns.
+
+    ``decoder`` (default: ``MULTIKAFKA_DECODER``, else ``auto``) is one of
+    :data:`DECODERS`: ``auto`` reads confluent-kafka's struct with the
+    compiled decoder when it is built and its layout checks passed, else
+    decodes in Python; ``python``; ``c``, the compiled decoder (an error if it
+    is not built), through the accessors if the layout checks failed;
+    ``c-accessors``, the compiled decoder through the accessors only. A batch
+    the compiled decoder cannot take (see :meth:`CompiledDecoder.decode`) is
+    decoded in Python."""
+    compiled = _compiled(decoder or env.get(env.DECODER) or "auto")
+    if compiled is not None and isinstance(msgs, list):
+        got = compiled.decode(msgs)
+        if got is not None:
+            return _IndexedColumns(
+                key=got.key,
+                value=got.value,
+                topic=got.topic,
+                partition=got.partition,
+                offset=got.offset,
+                timestamp=got.timestamp_us.view(TIMESTAMP_TYPE),
+                timestamp_type=got.timestamp_type,
+                headers=_headers(msgs) if include_headers else None,
+                index=(got.pairs, got.codes),
+                last=got.last,
+            )
+    return decode_python(msgs, include_headers=include_headers)
+
+
+def active_decoder(decoder: str | None = None) -> str:
+    """What :func:`decode` uses for ``decoder`` (default: the environment):
+    ``python``, ``c-direct`` or ``c-accessors``."""
+    compiled = _compiled(decoder or env.get(env.DECODER) or "auto")
+    return "python" if compiled is None else compiled.name
+
+
+def _compiled(name: str) -> CompiledDecoder | None:
+    if name not in DECODERS:
+        raise ValueError(f"{env.DECODER}={name!r}: expected one of {', '.join(DECODERS)}")
+    if name == "python":
+        return None
+    found, why = _load_compiled()
+    if found is None:
+        if name != "auto":
+            raise RuntimeError(f"{env.DECODER}={name}: {why} (pip install -e . builds it)")
+        return None
+    if name == "auto":
+        # Through the accessors the compiled decoder saves little (docs/benchmarks.md).
+        return found if found.direct else None
+    if name == "c-accessors" and found.direct:
+        return _accessors_only(found)
+    return found
+
+
+@functools.cache
+def _load_compiled() -> tuple[CompiledDecoder | None, str]:
+    found, why = _cdecode.load()
+    if why:
+        logger.warning(
+            "compiled decoder: %s", why, extra={"decoder": found.name if found else "python"}
+        )
+    return found, why
+
+
+@functools.cache
+def _accessors_only(found: CompiledDecoder) -> CompiledDecoder:
+    return dataclasses.replace(found, direct=False)
+
+
+def _headers(msgs: Sequence[Message]) -> pa.Array:
+    return pa.array([m.headers() for m in msgs], HEADERS_TYPE)
+
+
+def decode_python(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
+    """The Python decoder: one pass per field, through confluent-kafka's
+    unbound accessors (``map(Message.value, msgs)`` calls the C method with no
+    Python frame per record), numbers straight into numpy arrays."""
+    try:
+        return _decode_fields(msgs, include_headers, _ACCESSORS)
+    except TypeError:  # not confluent_kafka Messages (the descriptors check)
+        return _decode_fields(msgs, include_headers, _CALLERS)
+
+
+def _decode_fields(
+    msgs: Sequence[Message], include_headers: bool, get: dict[str, Callable[[Any], Any]]
+) -> Columns:
+    n = len(msgs)
+    # (type, time) pairs flattened into one int64 array, without a tuple per row
+    ts = np.fromiter(chain.from_iterable(map(get["timestamp"], msgs)), np.int64, 2 * n)
+    ts = ts.reshape(n, 2)
     return Columns(
-        key=pa.array([m.key() for m in msgs], pa.binary()),
-        value=pa.array([m.value() for m in msgs], pa.binary()),
-        topic=pa.array([m.topic() for m in msgs], pa.string()),
-        partition=pa.array([m.partition() for m in msgs], pa.int32()),
-        offset=pa.array(np.array([m.offset() for m in msgs], np.int64)),
-        timestamp=pa.array(ts[:, 1] * 1000).cast(TIMESTAMP_TYPE),
+        key=pa.array(list(map(get["key"], msgs)), pa.binary()),
+        value=pa.array(list(map(get["value"], msgs)), pa.binary()),
+        topic=pa.array(list(map(get["topic"], msgs)), pa.string()),
+        partition=_ints(map(get["partition"], msgs), n, np.int32),
+        offset=_ints(map(get["offset"], msgs), n, np.int64),
+        timestamp=pa.array(ts[:, 1] * 1000).view(TIMESTAMP_TYPE),
         # librdkafka: 0 none, 1 create, 2 append; Kafka/Spark: -1, 0, 1.
         timestamp_type=pa.array((ts[:, 0] - 1).astype(np.int32)),
-        headers=pa.array([m.headers() for m in msgs], HEADERS_TYPE) if include_headers else None,
+        headers=pa.array(list(map(get["headers"], msgs)), HEADERS_TYPE)
+        if include_headers
+        else None,
     )
+
+
+def _ints(values: Iterable[int | None], n: int, dtype: type[np.integer[Any]]) -> pa.Array:
+    """An integer array; nulls (a message without partition or offset) are
+    rare and take the slow path."""
+    values = list(values)
+    try:
+        return pa.array(np.fromiter(values, dtype, n))
+    except TypeError:
+        return pa.array(values, pa.from_numpy_dtype(dtype))
+
+
+_FIELDS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
+#: confluent_kafka.Message's method descriptors: a C call per record.
+_ACCESSORS: dict[str, Callable[[Any], Any]] = {f: getattr(KafkaMessage, f) for f in _FIELDS}
+#: The same for any object with these methods (slower: a lookup per call).
+_CALLERS: dict[str, Callable[[Any], Any]] = {f: methodcaller(f) for f in _FIELDS}
 
 
 def record_batch(cols: Columns, cluster: str, *, include_headers: bool) -> pa.RecordBatch:

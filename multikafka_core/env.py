@@ -49,6 +49,9 @@ READER_TOKEN_FILE = "MULTIKAFKA_READER_TOKEN_FILE"
 COORDINATOR = "MULTIKAFKA_COORDINATOR"
 #: Log level of the CLI (``INFO`` by default).
 LOG_LEVEL = "MULTIKAFKA_LOG_LEVEL"
+#: How readers decode Kafka messages into Arrow: ``auto`` (default: the
+#: compiled decoder when built, else Python), ``python``, ``c``, ``c-accessors``.
+DECODER = "MULTIKAFKA_DECODER"
 #: PEM files for TLS: the server's certificate and key, the CA of client
 #: certificates (mutual TLS), and the CA clients verify the server with.
 TLS_CERT = "MULTIKAFKA_TLS_CERT"

@@ -113,7 +113,8 @@ class ReaderAgent:
                 if stats is not None:
                     stats.records_read += outcome.records
                     stats.abandoned_ranges += len(outcome.abandoned)
-                    stats.splits = {r.split for r in ranges}
+                    now = time.monotonic()
+                    stats.read_at.update((r.split, now) for r in ranges)
             for (topic, partition), (offset, ts) in outcome.last.items():
                 report.marks.add(
                     split=f"{cluster}/{topic}/{partition}", last_offset=offset, last_timestamp_ms=ts
@@ -219,7 +220,7 @@ class ReaderAgent:
                     records_read=st.records_read,
                     restarts=st.restarts,
                     abandoned_ranges=st.abandoned_ranges,
-                    splits=sorted(st.splits),
+                    splits=st.recent(),
                 )
                 for (s, c), st in sorted(self._stats.items())
             ]

@@ -77,18 +77,30 @@ class CoordinatorLink:
         """Send a heartbeat now (after applying an event)."""
         self._beat.set()
 
-    def report(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
+    def report(
+        self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0
+    ) -> grpc.Future[reader_pb2.ReportReadsResponse]:
+        """Send ``request`` without waiting for the answer: a task's end (and
+        so the micro-batch) never waits on the coordinator. Returns the call's
+        future."""
         request.agent_id = self.agent_id
         address, stub = self._stub()
-        try:
-            stub.ReportReads(request, metadata=self._metadata(), timeout=timeout_s)
-        except grpc.RpcError as exc:
-            self._coordinators.moved(exc, address)
+        call = stub.ReportReads.future(request, metadata=self._metadata(), timeout=timeout_s)
+
+        def done(call: grpc.Future[reader_pb2.ReportReadsResponse]) -> None:
+            exc = call.exception()
+            if exc is None:
+                return
+            if isinstance(exc, grpc.RpcError):
+                self._coordinators.moved(exc, address)
             # Losing marks only makes failover translation more conservative.
             logger.warning(
                 "could not report reads to the coordinator: %s",
                 exc.code() if isinstance(exc, grpc.Call) else exc,
             )
+
+        call.add_done_callback(done)
+        return call
 
     def _register(self, stub: reader_pb2_grpc.ReaderStub) -> None:
         stub.Register(

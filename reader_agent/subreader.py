@@ -21,6 +21,9 @@ logger = logging.getLogger(__name__)
 
 RangeReaderFactory = Callable[[Connection], RangeReader]
 
+#: How long a split read counts as one the agent reads (its assignments).
+RECENT_S = 30.0
+
 
 def kafka_reader(connection: Connection) -> RangeReader:
     return KafkaRangeReader(connection, client_id=f"multikafka-agent-{connection.cluster}")
@@ -34,8 +37,16 @@ class SubReaderStats:
     records_read: int = 0
     restarts: int = 0
     abandoned_ranges: int = 0
-    #: Splits read most recently.
-    splits: set[str] = field(default_factory=set)
+    #: split -> when it was last read (``time.monotonic``).
+    read_at: dict[str, float] = field(default_factory=dict)
+
+    def recent(self, window_s: float = RECENT_S) -> list[str]:
+        """Splits read in the last ``window_s`` seconds (older ones are
+        dropped): a micro-batch's tasks each hold some of them."""
+        horizon = time.monotonic() - window_s
+        for split in [s for s, t in self.read_at.items() if t < horizon]:
+            del self.read_at[split]
+        return sorted(self.read_at)
 
 
 class SubReader:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import logging
 import time
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
@@ -66,13 +68,32 @@ def client_config(connection: Connection, defaults: Mapping[str, str]) -> Client
     return config
 
 
+#: :func:`_collector_paused` freezes at this process's batches numbered by a
+#: power of two up to this one (``_batches`` counts them; a fork inherits it).
+_FREEZE_UNTIL = 1024
+_batches = 0
+
+
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a batch is consumed and
     decoded. librdkafka messages are GC-tracked objects; tens of thousands of
     them in flight made young-generation collections about half of the read
     time. They form no reference cycles (reference counting frees them), and
-    the pause never spans a ``yield`` into the caller's code."""
+    the pause never spans a ``yield`` into the caller's code.
+
+    At a process's 1st, 2nd, 4th, ... 1024th batch it also freezes what is
+    alive (``gc.freeze()``): modules (those the first reads import too), the
+    reader agent, the Spark worker's own state, so that full collections no
+    longer walk them. pyspark's daemon runs ``gc.collect()`` after every task:
+    without the freeze that was half of the Spark Python workers' CPU per
+    record (docs/benchmarks.md). Frozen objects are still freed by reference
+    counting; only cycles among them are never collected: at most the
+    cyclic garbage of eleven moments, once per process."""
+    global _batches
+    _batches += 1
+    if _batches <= _FREEZE_UNTIL and _batches & (_batches - 1) == 0:
+        gc.freeze()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -183,8 +204,22 @@ class KafkaMetadataClient:
         self._group_consumers.clear()
 
 
+Key = tuple[str, int]
+
+
 class KafkaRangeReader:
-    """Reads exact offset ranges from one cluster with one reused consumer."""
+    """Reads exact offset ranges from one cluster with one reused consumer.
+
+    Partitions stay assigned from one read to the next: a range that starts
+    where the previous range of its partition ended continues on what the
+    consumer already fetched (and on the records consumed past that end, kept
+    as leftovers) instead of fetching it again, which is what consecutive
+    micro-batches of a split in one worker do. A read pauses the partitions it
+    does not need (librdkafka then drops what it prefetched for them) and
+    unassigns those unused for ``idle_reads`` reads. After an error, or a read
+    its caller stopped early, the reader forgets every position and starts
+    the next read from scratch.
+    """
 
     def __init__(
         self,
@@ -195,16 +230,35 @@ class KafkaRangeReader:
         poll_timeout_s: float = 0.5,
         stall_check_s: float = 10.0,
         watermark_timeout_s: float = 5.0,
+        idle_reads: int = 8,
+        stats_cb: Callable[[str], None] | None = None,
     ) -> None:
         self.connection = connection
-        config = client_config(connection, {**_READER_DEFAULTS, "client.id": client_id})
+        config: dict[str, Any] = client_config(
+            connection, {**_READER_DEFAULTS, "client.id": client_id}
+        )
         config.setdefault("group.id", READER_GROUP_ID)
+        if stats_cb is not None:
+            config["stats_cb"] = stats_cb
         self._consumer = Consumer(config, logger=rdkafka_logger)
         self._batch_size = batch_size
         self._poll_timeout_s = poll_timeout_s
         self._stall_check_s = stall_check_s
         self._watermark_timeout_s = watermark_timeout_s
+        self._idle_reads = idle_reads
         self._closed = False
+        #: Assigned partitions -> the next offset the consumer delivers.
+        self._next: dict[Key, int] = {}
+        self._paused: set[Key] = set()
+        #: Reads in a row that did not use an assigned partition.
+        self._unused: dict[Key, int] = {}
+        #: Records consumed past the end of a partition's last range: (that
+        #: end, the records), in offset order, up to ``_next``.
+        self._leftover: dict[Key, tuple[int, Columns]] = {}
+        #: Ranges that continued where their partition's last one ended, and
+        #: ranges the consumer had to be positioned for (assign or seek).
+        self.continued = 0
+        self.positioned = 0
 
     def read(
         self,
@@ -218,15 +272,22 @@ class KafkaRangeReader:
         todo = [r for r in ranges if r.until > r.start]
         if not todo:
             return
-        consumer = self._consumer
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in todo])
-        # (topic, partition) -> range, for ranges not read to their end yet
-        pending = {(r.topic, r.partition): r for r in todo}
         # Next offset to read per partition. consume(n) waits until n records
         # arrived or the timeout passed, so never ask for more than are left.
-        nxt = {(r.topic, r.partition): r.start for r in todo}
-        last_progress = time.monotonic()
+        nxt: dict[Key, int] = {}
+        ready: list[Columns] = []
+        for r in todo:
+            nxt[(r.topic, r.partition)] = self._continue_at(r, ready)
+        # (topic, partition) -> range, for ranges not read to their end yet
+        pending = {(r.topic, r.partition): r for r in todo if nxt[(r.topic, r.partition)] < r.until}
+        ends = {(r.topic, r.partition): r.until for r in todo}
+        consumer = self._consumer
         try:
+            self._position_for(pending, nxt)
+            for held in ready:
+                self._account(held, outcome)
+                yield held
+            last_progress = time.monotonic()
             while pending:
                 left = sum(r.until - nxt[k] for k, r in pending.items())
                 with _collector_paused():
@@ -237,7 +298,9 @@ class KafkaRangeReader:
                         self._drop_errors(msgs, pending, outcome, fail_on_data_loss) if msgs else []
                     )
                     cols = (
-                        self._decode(good, pending, nxt, outcome, include_headers) if good else None
+                        self._decode(good, pending, nxt, ends, outcome, include_headers)
+                        if good
+                        else None
                     )
                     del msgs, good  # release the messages before the collector resumes
                 if cols is not None:
@@ -248,23 +311,113 @@ class KafkaRangeReader:
                     outcome.abandoned.extend(
                         r._replace(start=self._position(r)) for r in pending.values()
                     )
+                    self._forget(list(pending))
                     return
                 if time.monotonic() - last_progress > self._stall_check_s:
                     self._check_truncated(pending, outcome, fail_on_data_loss)
                     last_progress = time.monotonic()
-        finally:
-            consumer.unassign()
+        except BaseException:
+            # An error, or the caller stopped reading (GeneratorExit): where
+            # the consumer stands is no longer known.
+            self._forget(list(self._next))
+            raise
+
+    def _continue_at(self, r: TopicPartitionRange, ready: list[Columns]) -> int:
+        """Where reading ``r`` goes on: after the leftovers it can use (added to
+        ``ready``) if it starts where its partition's last range ended, else at
+        its start."""
+        key = (r.topic, r.partition)
+        known = self._next.get(key)
+        left = self._leftover.pop(key, None)
+        if known is None:
+            return r.start
+        if left is not None and left[0] == r.start:
+            cols = left[1]
+            inside = cols.offset.to_numpy(zero_copy_only=False) < r.until
+            if inside.all():
+                ready.append(cols)
+            else:
+                if inside.any():
+                    ready.append(cols.filter(inside))
+                self._leftover[key] = (r.until, cols.filter(~inside))
+            self.continued += 1
+            return known
+        if left is None and known == r.start:
+            self.continued += 1
+            return known
+        return r.start
+
+    def _position_for(
+        self, pending: Mapping[Key, TopicPartitionRange], nxt: dict[Key, int]
+    ) -> None:
+        """Pause what this read does not use, unassign what went unused for
+        long, and assign, resume or seek what it must fetch."""
+        consumer = self._consumer
+        for key in self._next:
+            self._unused[key] = 0 if key in nxt else self._unused.get(key, 0) + 1
+        self._forget([k for k, n in self._unused.items() if n >= self._idle_reads])
+        idle = [k for k in self._next if k not in nxt and k not in self._paused]
+        if idle:
+            consumer.pause([TopicPartition(*k) for k in idle])
+            self._paused.update(idle)
+        new = [k for k in pending if k not in self._next]
+        if new:
+            consumer.incremental_assign([TopicPartition(*k, nxt[k]) for k in new])
+            self.positioned += len(new)
+        resume = [k for k in pending if k in self._paused]
+        if resume:
+            consumer.resume([TopicPartition(*k) for k in resume])
+            self._paused.difference_update(resume)
+        for key in pending:
+            if key in new:
+                pass
+            elif key in resume or self._next[key] != nxt[key]:
+                # After a pause librdkafka fetches again from where the
+                # application stands; seek makes that position explicit.
+                self._seek(key, nxt[key])
+                if self._next[key] != nxt[key]:
+                    self.positioned += 1
+                    self._leftover.pop(key, None)
+            self._next[key] = nxt[key]
+            self._unused[key] = 0
+
+    def _seek(self, key: Key, offset: int) -> None:
+        try:
+            self._consumer.seek(TopicPartition(*key, offset))
+        except KafkaException:
+            # Not fetching yet (just assigned or resumed): assign it anew.
+            self._consumer.incremental_unassign([TopicPartition(*key)])
+            self._consumer.incremental_assign([TopicPartition(*key, offset)])
+
+    def _forget(self, keys: Sequence[Key]) -> None:
+        """Unassign ``keys`` and drop what the reader knew of them."""
+        keys = [k for k in keys if k in self._next]
+        if not keys:
+            return
+        try:
+            self._consumer.incremental_unassign([TopicPartition(*k) for k in keys])
+        except KafkaException as exc:
+            logger.warning(
+                "unassign failed; starting over",
+                extra={"cluster": self.connection.cluster, "error": str(exc)},
+            )
+            self._consumer.unassign()
+            keys = list(self._next)
+        for k in keys:
+            self._next.pop(k, None)
+            self._unused.pop(k, None)
+            self._leftover.pop(k, None)
+            self._paused.discard(k)
 
     def _position(self, r: TopicPartitionRange) -> int:
         """Next offset to read of ``r``'s partition (its start before any read)."""
         pos = int(self._consumer.position([TopicPartition(r.topic, r.partition)])[0].offset)
         return pos if pos >= 0 else r.start
 
-    def _finish(
-        self, pending: dict[tuple[str, int], TopicPartitionRange], key: tuple[str, int]
-    ) -> None:
+    def _finish(self, pending: dict[Key, TopicPartitionRange], key: Key) -> None:
+        """``key``'s range ended early (records lost): nothing of it to keep."""
         del pending[key]
-        self._consumer.incremental_unassign([TopicPartition(*key)])
+        self._forget([key])
 
     def _drop_errors(
         self,
@@ -279,6 +432,12 @@ class KafkaRangeReader:
         for m in errors:
             err = m.error()
             if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            key = (m.topic(), m.partition())
+            if key in self._next and key not in pending:
+                # A partition this read does not need (kept for a range that
+                # may go on there) failed: the next range starts afresh.
+                self._forget([key])
                 continue
             if err.code() == KafkaError._AUTO_OFFSET_RESET:
                 self._out_of_range(m.topic(), m.partition(), pending, outcome, fail_on_data_loss)
@@ -368,39 +527,83 @@ class KafkaRangeReader:
     def _decode(
         self,
         msgs: list[Any],
-        pending: dict[tuple[str, int], TopicPartitionRange],
-        nxt: dict[tuple[str, int], int],
+        pending: dict[Key, TopicPartitionRange],
+        nxt: dict[Key, int],
+        ends: Mapping[Key, int],
         outcome: ReadOutcome,
         include_headers: bool,
     ) -> Columns | None:
         cols = arrow.decode(msgs, include_headers=include_headers)
         pairs, codes = cols.partitions()
-        # Ranges this batch reached the end of. Only their records (and those of
-        # ranges finished earlier) can lie past a range end, so the trimming
-        # below is the rare path, taken about once per range.
-        ends = {k: r.until for k, r in pending.items()}
         keys = list(pending)
         positions = self._consumer.position([TopicPartition(t, p) for t, p in keys])
         for key, pos in zip(keys, positions, strict=True):
             if pos.offset >= 0:
-                nxt[key] = pos.offset
+                nxt[key] = self._next[key] = pos.offset
             if pos.offset >= pending[key].until:
-                self._finish(pending, key)
+                del pending[key]  # stays assigned: the next range may go on from here
+        # Records past their range's end: only partitions this batch finished,
+        # or finished earlier in the read, have them (the rare path, taken
+        # about once per range). They are kept for a range that goes on there.
         if any(tp not in pending for tp in pairs):
-            limits = np.array([ends.get(tp, 0) for tp in pairs], np.int64)
+            limits = np.array([ends.get(tp, -1) for tp in pairs], np.int64)
             keep = cols.offset.to_numpy(zero_copy_only=False) < limits[codes]
-            if not keep.any():
-                return None
             if not keep.all():
+                self._keep_leftovers(cols.filter(~keep), ends)
+                if not keep.any():
+                    return None
                 cols, codes = cols.filter(keep), codes[keep]
-        for tp, (offset, ts) in cols.last_per_partition((pairs, codes)).items():
+        self._account(cols, outcome, (pairs, codes))
+        return cols
+
+    def _keep_leftovers(self, past: Columns, ends: Mapping[Key, int]) -> None:
+        """Keep records consumed past their range's end, per partition; pause
+        a partition once it has a consume batch of them waiting."""
+        pairs, codes = past.partitions()
+        last = past.last_per_partition((pairs, codes))
+        for i, key in enumerate(pairs):
+            end = ends.get(key)
+            if end is None or key not in self._next:
+                self._forget([key])  # not this read's: where it stands is unknown
+                continue
+            mine = past.filter(codes == i) if len(pairs) > 1 else past
+            held = self._leftover.get(key)
+            if held is not None and held[0] == end:
+                mine = _concat(held[1], mine)
+            self._leftover[key] = (end, mine)
+            self._next[key] = max(self._next[key], last[key][0] + 1)
+            if len(mine) >= self._batch_size and key not in self._paused:
+                self._consumer.pause([TopicPartition(*key)])
+                self._paused.add(key)
+
+    @staticmethod
+    def _account(
+        cols: Columns,
+        outcome: ReadOutcome,
+        index: arrow.PartitionIndex | None = None,
+    ) -> None:
+        """Count ``cols`` into ``outcome`` (records, last record per partition)."""
+        for tp, (offset, ts) in cols.last_per_partition(index or cols.partitions()).items():
             prev = outcome.last.get(tp)
             if prev is None or offset > prev[0]:
                 outcome.last[tp] = (offset, ts)
         outcome.records += len(cols)
-        return cols
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
             self._consumer.close()
+
+
+def _concat(a: Columns, b: Columns) -> Columns:
+    """``a`` followed by ``b``."""
+    return Columns(
+        **{
+            f.name: (
+                None
+                if getattr(a, f.name) is None
+                else pa.concat_arrays([getattr(a, f.name), getattr(b, f.name)])
+            )
+            for f in dataclasses.fields(Columns)
+        }
+    )

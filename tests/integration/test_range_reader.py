@@ -1,15 +1,19 @@
 """The Kafka range reader on a real broker: exact ranges, deterministic
-re-reads, and data loss reported (never papered over)."""
+re-reads, and data loss reported (never papered over). Every test runs once
+with the Python decoder and once with the compiled one
+(``MULTIKAFKA_DECODER``), and consumed messages decode alike with both."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from multikafka import DataLossError
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
+from multikafka_core import arrow, env
 from multikafka_core._secrets import Properties
 from multikafka_core.model import Connection
 from multikafka_core.providers import ReadOutcome, TopicPartitionRange
@@ -18,6 +22,15 @@ from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, uid
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, params=["python", "c"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The decoder the reader uses in this run (the compiled one must be built)."""
+    name: str = request.param
+    monkeypatch.setenv(env.DECODER, name)
+    assert arrow.active_decoder() == ("python" if name == "python" else "c-direct")
+    return name
 
 
 @pytest.fixture
@@ -83,3 +96,45 @@ def test_range_past_the_end_is_data_loss(kafka: KafkaClusters, reader: KafkaRang
     )
     assert rows == []
     assert outcome.lost == 20
+
+
+def test_consumed_messages_decode_alike_with_every_decoder(kafka: KafkaClusters) -> None:
+    """Real consumed messages (null keys and values, headers, two
+    partitions): the compiled decoder, reading confluent-kafka's struct,
+    gives the Python decoder's columns."""
+    (a,) = kafka.shared(1)
+    topic = uid("decode")
+    create_topics(a.bootstrap, {topic: 2})
+    producer = Producer({"bootstrap.servers": a.bootstrap, "batch.num.messages": 1})
+    for i in range(200):
+        producer.produce(
+            topic,
+            partition=i % 2,
+            key=None if i % 5 == 0 else f"k{i}".encode(),
+            value=None if i % 7 == 0 else bytes([i % 256]) * (i % 37),
+            headers=[("n", str(i).encode())] if i % 3 == 0 else None,
+            timestamp=1_700_000_000_000 + i,
+        )
+    producer.flush(30)
+    consumer = Consumer(
+        {**TANSU_PROPERTIES, "bootstrap.servers": a.bootstrap, "group.id": uid("decode")}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+        msgs: list[Message] = []
+        while len(msgs) < 200:
+            msgs += [m for m in consumer.consume(200 - len(msgs), timeout=1) if m.error() is None]
+    finally:
+        consumer.close()
+    python = arrow.decode(msgs, include_headers=True, decoder="python")
+    want = arrow.record_batch(python, "a", include_headers=True)
+    assert want.num_rows == 200
+    assert want.column("key").null_count == 40
+    assert want.column("value").null_count == 29
+    assert sum(h is not None for h in want.column("headers").to_pylist()) == 67
+    last = python.last_per_partition(python.partitions())
+    assert {tp: offset for tp, (offset, _) in last.items()} == {(topic, 0): 99, (topic, 1): 99}
+    for name in ("c", "c-accessors"):
+        got = arrow.decode(msgs, include_headers=True, decoder=name)
+        assert arrow.record_batch(got, "a", include_headers=True).equals(want), name
+        assert got.last_per_partition(got.partitions()) == last

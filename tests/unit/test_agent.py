@@ -224,8 +224,23 @@ def test_stats_count_records_and_splits(agent: ReaderAgent) -> None:
     st = stats(agent)
     assert st["a"].records_read == 9
     assert st["b"].records_read == 2
-    assert list(st["a"].splits) == ["a/t/0"]  # splits read most recently
+    # every split read lately, by any of its tasks
+    assert list(st["a"].splits) == ["a/t/0", "a/t/1"]
     assert st["a"].restarts == 0
+
+
+def test_splits_not_read_for_a_while_are_no_longer_reported(
+    agent: ReaderAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reader_agent import subreader
+
+    now = [1000.0]
+    monkeypatch.setattr(subreader.time, "monotonic", lambda: now[0])
+    read_all(agent, task(rng("a", 0, 5), rng("a", 0, 3, partition=1)))
+    now[0] += subreader.RECENT_S / 2
+    read_all(agent, task(rng("a", 5, 6)))
+    now[0] += subreader.RECENT_S / 2 + 1
+    assert list(stats(agent)["a"].splits) == ["a/t/0"]
 
 
 # -- reconcile: push side -------------------------------------------------------

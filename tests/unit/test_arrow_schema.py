@@ -11,6 +11,7 @@ import datetime as dt
 
 import pyarrow as pa
 import pytest
+from confluent_kafka import Message
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     ArrayType,
@@ -31,6 +32,7 @@ from multikafka_core.arrow import (
     SPARK_DDL_WITH_HEADERS,
     TIMESTAMP_TYPE,
     Columns,
+    decode,
     record_batch,
 )
 
@@ -186,3 +188,24 @@ def test_record_batch_of_many_rows() -> None:
     assert batch.num_rows == 5000
     assert batch.column("cluster").unique().to_pylist() == ["east"]
     assert batch.column("cluster").null_count == 0
+
+
+@pytest.mark.parametrize("decoder", ["python", "c"])
+@pytest.mark.parametrize(
+    ("headers", "spark"), [(False, SPARK_SCHEMA), (True, SPARK_SCHEMA_WITH_HEADERS)]
+)
+def test_decoded_batches_have_the_schema_pyspark_expects(
+    decoder: str, headers: bool, spark: StructType
+) -> None:
+    msgs = [
+        Message(topic="t", partition=i, offset=i, key=None, value=b"v", timestamp=(1, 1_000 * i))
+        for i in range(3)
+    ]
+    batch = record_batch(
+        decode(msgs, include_headers=headers, decoder=decoder), "east", include_headers=headers
+    )
+    assert to_arrow_schema(spark, timezone="UTC").equals(batch.schema)
+    batch.validate(full=True)
+    assert batch.column("timestamp").to_pylist()[2] == dt.datetime(
+        1970, 1, 1, 0, 0, 2, tzinfo=dt.timezone.utc
+    )

@@ -1,0 +1,152 @@
+"""The range reader keeps partitions assigned between reads: a range that
+starts where its partition's last one ended goes on from what the consumer
+already fetched, on a real broker; every other pattern of reads still gets
+exactly its records."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from multikafka.devstack.feed import create_topics
+from multikafka.devstack.stack import TANSU_PROPERTIES
+from multikafka_core._secrets import Properties
+from multikafka_core.model import Connection
+from multikafka_core.providers import ReadOutcome, TopicPartitionRange
+from multikafka_core.providers.kafka import KafkaRangeReader
+from tests.conftest import KafkaClusters
+from tests.helpers import produce_sequence, uid
+
+pytestmark = pytest.mark.integration
+
+R = TopicPartitionRange
+
+
+def _reader(bootstrap: str, **kw: int) -> KafkaRangeReader:
+    return KafkaRangeReader(
+        Connection("a", bootstrap, Properties(TANSU_PROPERTIES)),
+        poll_timeout_s=0.1,
+        stall_check_s=1.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _read(
+    reader: KafkaRangeReader, ranges: list[TopicPartitionRange], *, within_s: float = 30.0
+) -> tuple[list[tuple[int, int]], ReadOutcome]:
+    """(partition, offset) of every record read, sorted; ranges not read
+    within ``within_s`` are abandoned (the outcome says so)."""
+    deadline = time.monotonic() + within_s
+    outcome = ReadOutcome()
+    rows: list[tuple[int, int]] = []
+    for cols in reader.read(
+        ranges,
+        outcome,
+        include_headers=False,
+        fail_on_data_loss=True,
+        should_abandon=lambda: time.monotonic() > deadline,
+    ):
+        rows += zip(cols.partition.to_pylist(), cols.offset.to_pylist(), strict=True)
+    return sorted(rows), outcome
+
+
+def _expected(ranges: list[TopicPartitionRange]) -> list[tuple[int, int]]:
+    return sorted((r.partition, o) for r in ranges for o in range(r.start, r.until))
+
+
+@pytest.fixture
+def shared_reader(kafka: KafkaClusters) -> Iterator[tuple[KafkaRangeReader, str]]:
+    (a,) = kafka.shared(1)
+    topic = uid("cont")
+    create_topics(a.bootstrap, {topic: 2})
+    produce_sequence(a.bootstrap, topic, 2, "k", range(4000))  # 2,001 records per partition
+    # A small consume batch, so leftovers past a range's end pause their partition.
+    reader = _reader(a.bootstrap, batch_size=100)
+    yield reader, topic
+    reader.close()
+
+
+def test_the_next_range_of_a_split_is_read_from_what_was_fetched(kafka: KafkaClusters) -> None:
+    """After [0, 1000) the consumer holds the records after it; with the
+    broker frozen, [1000, 1500) still reads: nothing is fetched again."""
+    cluster = kafka.private()
+    broker = cluster.require_process()
+    topic = uid("cont")
+    create_topics(cluster.bootstrap, {topic: 1})
+    produce_sequence(cluster.bootstrap, topic, 1, "k", range(3000))
+    reader = _reader(cluster.bootstrap)
+    try:
+        first, _ = _read(reader, [R(topic, 0, 0, 1000)])
+        assert first == _expected([R(topic, 0, 0, 1000)])
+        broker.process.pause()
+        try:
+            second, outcome = _read(reader, [R(topic, 0, 1000, 1500)], within_s=5.0)
+        finally:
+            broker.process.resume()
+        assert outcome.abandoned == []
+        assert second == _expected([R(topic, 0, 1000, 1500)])
+        assert (reader.continued, reader.positioned) == (1, 1)
+    finally:
+        reader.close()
+
+
+def test_every_pattern_of_reads_gets_exactly_its_records(
+    shared_reader: tuple[KafkaRangeReader, str],
+) -> None:
+    reader, topic = shared_reader
+    steps = [
+        # both partitions; partition 0 ends early, so its later records are
+        # consumed past its end while partition 1 goes on (leftovers)
+        [R(topic, 0, 0, 10), R(topic, 1, 0, 1000)],
+        # goes on at 10 from the leftovers; partition 1 is not needed (paused)
+        [R(topic, 0, 10, 600)],
+        # partition 1 resumes where it stopped
+        [R(topic, 1, 1000, 1500)],
+        # backwards: a re-read of the same offsets (a retried task)
+        [R(topic, 0, 100, 200)],
+        # a gap: forward past what was read
+        [R(topic, 0, 700, 900), R(topic, 1, 1500, 2001)],
+        # the same range twice in a row
+        [R(topic, 0, 900, 2001)],
+        [R(topic, 0, 900, 2001)],
+    ]
+    for ranges in steps:
+        rows, outcome = _read(reader, ranges)
+        assert rows == _expected(ranges), ranges
+        assert outcome.records == len(rows)
+        for r in ranges:
+            assert outcome.last[(r.topic, r.partition)][0] == r.until - 1
+    assert reader.continued >= 3  # steps 2, 3 and 5's partition 1
+
+
+def test_a_read_stopped_early_leaves_the_next_read_exact(
+    shared_reader: tuple[KafkaRangeReader, str],
+) -> None:
+    """A caller that stops iterating (Spark cancelled the task) leaves the
+    consumer somewhere unknown: the next read must not trust it."""
+    reader, topic = shared_reader
+    outcome = ReadOutcome()
+    batches = reader.read(
+        [R(topic, 0, 0, 2001)],
+        outcome,
+        include_headers=False,
+        fail_on_data_loss=True,
+        should_abandon=lambda: False,
+    )
+    next(batches)
+    batches.close()
+    rows, _ = _read(reader, [R(topic, 0, 0, 2001)])
+    assert rows == _expected([R(topic, 0, 0, 2001)])
+
+
+def test_partitions_unused_for_a_while_are_unassigned(
+    shared_reader: tuple[KafkaRangeReader, str],
+) -> None:
+    reader, topic = shared_reader
+    _read(reader, [R(topic, 1, 0, 50)])
+    for start in range(0, 90, 10):
+        _read(reader, [R(topic, 0, start, start + 10)])
+    assignment = {(tp.topic, tp.partition) for tp in reader._consumer.assignment()}
+    assert assignment == {(topic, 0)}

@@ -1,0 +1,316 @@
+"""Decoding confluent-kafka messages into Arrow columns: every decoder gives
+the same columns, the compiled one is really used where it should be, and
+batches it cannot take go to the Python decoder.
+
+The messages are real ``confluent_kafka.Message`` objects (this version of
+confluent-kafka can construct one), so the compiled decoder reads the same
+struct here as on consumed messages; ``tests/integration/test_range_reader.py``
+runs both decoders on consumed ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from confluent_kafka import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from multikafka_core import _cdecode, arrow, env
+from multikafka_core.arrow import SCHEMA, SCHEMA_WITH_HEADERS, Columns, decode, record_batch
+
+#: The decoders every test runs: Python and both modes of the compiled one
+#: (a missing build fails them: CI has a compiler).
+DECODERS = ["python", "c", "c-accessors"]
+
+
+def msg(
+    topic: str | None = "orders",
+    partition: int | None = 0,
+    offset: int | None = 0,
+    key: bytes | None = b"k",
+    value: bytes | None = b"v",
+    timestamp: tuple[int, int] = (1, 1_700_000_000_000),
+    headers: list[tuple[str, bytes]] | None = None,
+) -> Message:
+    kw: dict[str, Any] = {"timestamp": timestamp, "key": key, "value": value, "headers": headers}
+    if topic is not None:
+        kw["topic"] = topic
+    if partition is not None:
+        kw["partition"] = partition
+    if offset is not None:
+        kw["offset"] = offset
+    return Message(**kw)
+
+
+def sample() -> list[Message]:
+    """Nulls, empty bytes, two topics, interleaved partitions, 64-bit
+    offsets, every timestamp type, headers on some."""
+    return [
+        msg("orders", 0, 5, b"a", b"x" * 100, (1, 1_700_000_000_001)),
+        msg("orders", 1, 1 << 40, None, b"", (2, 1_700_000_000_002), [("h", b"1")]),
+        msg("orders", 0, 6, b"", None, (0, -1)),
+        msg("refunds", 0, 7, b"\x00\xff", b"\x00", (1, 0), []),
+        msg("orders", 0, 8, b"b", b"y", (1, 1_700_000_000_009), [("a", b""), ("b", b"2")]),
+        msg("refunds", 3, 0, None, None, (1, 5)),
+    ]
+
+
+@pytest.fixture(params=DECODERS)
+def decoder(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+def test_every_field_of_every_record(decoder: str) -> None:
+    cols = decode(sample(), include_headers=True, decoder=decoder)
+    assert cols.key.to_pylist() == [b"a", None, b"", b"\x00\xff", b"b", None]
+    assert cols.value.to_pylist() == [b"x" * 100, b"", None, b"\x00", b"y", None]
+    assert cols.topic.to_pylist() == ["orders"] * 3 + ["refunds", "orders", "refunds"]
+    assert cols.partition.to_pylist() == [0, 1, 0, 0, 0, 3]
+    assert cols.offset.to_pylist() == [5, 1 << 40, 6, 7, 8, 0]
+    us = cols.timestamp.cast(pa.int64()).to_pylist()
+    assert us == [
+        1_700_000_000_001_000,
+        1_700_000_000_002_000,
+        -1000,
+        0,
+        1_700_000_000_009_000,
+        5000,
+    ]
+    # librdkafka's 0/1/2 (none, create, append) are Kafka's -1/0/1
+    assert cols.timestamp_type.to_pylist() == [0, 1, -1, 0, 0, 0]
+    assert cols.headers is not None
+    assert cols.headers.to_pylist() == [
+        None,
+        [{"key": "h", "value": b"1"}],
+        None,
+        [],
+        [{"key": "a", "value": b""}, {"key": "b", "value": b"2"}],
+        None,
+    ]
+    for array in (cols.key, cols.value, cols.topic, cols.partition, cols.offset, cols.timestamp):
+        array.validate(full=True)
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_the_batch_has_spark_schema_and_equals_the_python_one(decoder: str, headers: bool) -> None:
+    batch = record_batch(
+        decode(sample(), include_headers=headers, decoder=decoder), "east", include_headers=headers
+    )
+    batch.validate(full=True)
+    assert batch.schema.equals(SCHEMA_WITH_HEADERS if headers else SCHEMA)
+    python = decode(sample(), include_headers=headers, decoder="python")
+    assert batch.equals(record_batch(python, "east", include_headers=headers))
+
+
+def test_headers_only_when_asked(decoder: str) -> None:
+    assert decode(sample(), include_headers=False, decoder=decoder).headers is None
+
+
+def test_partitions_and_their_last_records(decoder: str) -> None:
+    cols = decode(sample(), include_headers=False, decoder=decoder)
+    pairs, codes = cols.partitions()
+    assert [pairs[c] for c in codes] == [
+        ("orders", 0),
+        ("orders", 1),
+        ("orders", 0),
+        ("refunds", 0),
+        ("orders", 0),
+        ("refunds", 3),
+    ]
+    assert cols.last_per_partition((pairs, codes)) == {
+        ("orders", 0): (8, 1_700_000_000_009),
+        ("orders", 1): (1 << 40, 1_700_000_000_002),
+        ("refunds", 0): (7, 0),
+        ("refunds", 3): (0, 5),
+    }
+
+
+def test_filtered_columns_forget_the_decoders_index(decoder: str) -> None:
+    """After a filter, the partitions and last records are those of the rows kept."""
+    cols = decode(sample(), include_headers=False, decoder=decoder)
+    pairs, codes = cols.partitions()
+    keep = np.array([True, False, True, True, False, False])
+    # as KafkaRangeReader does: the same pairs, the codes of the rows kept
+    assert cols.filter(keep).last_per_partition((pairs, codes[keep])) == {
+        ("orders", 0): (6, -1),
+        ("refunds", 0): (7, 0),
+    }
+    kept = cols.filter(keep)
+    assert type(kept) is Columns
+    kept_pairs, kept_codes = kept.partitions()
+    assert sorted(kept_pairs) == [("orders", 0), ("refunds", 0)]
+    assert [kept_pairs[c] for c in kept_codes] == [("orders", 0), ("orders", 0), ("refunds", 0)]
+
+
+def test_no_messages(decoder: str) -> None:
+    cols = decode([], include_headers=True, decoder=decoder)
+    assert len(cols) == 0
+    assert cols.last_per_partition(cols.partitions()) == {}
+    assert record_batch(cols, "east", include_headers=True).schema.equals(SCHEMA_WITH_HEADERS)
+
+
+def test_a_message_without_partition_or_offset_is_a_null(decoder: str) -> None:
+    """Never seen on consumed messages; the compiled decoder hands such a
+    batch to the Python one, which keeps them as nulls."""
+    cols = decode(
+        [msg(offset=3), msg(partition=None, offset=None)], include_headers=False, decoder=decoder
+    )
+    assert cols.partition.to_pylist() == [0, None]
+    assert cols.offset.to_pylist() == [3, None]
+
+
+class LookAlike:
+    """Not a confluent_kafka.Message, but answers the same methods."""
+
+    def __init__(self, m: Message) -> None:
+        self._m = m
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._m, name)
+
+
+def test_objects_that_only_look_like_messages(decoder: str) -> None:
+    msgs = sample()
+    mixed: list[Any] = [*msgs[:3], LookAlike(msgs[3]), *msgs[4:]]
+    got = record_batch(
+        decode(mixed, include_headers=True, decoder=decoder), "e", include_headers=True
+    )
+    want = record_batch(
+        decode(msgs, include_headers=True, decoder="python"), "e", include_headers=True
+    )
+    assert got.equals(want)
+
+
+messages = st.lists(
+    st.builds(
+        msg,
+        topic=st.sampled_from(["a", "bb", "ccc-ü"]),
+        partition=st.integers(0, 2**31 - 1),
+        offset=st.integers(0, 2**63 - 1),
+        key=st.none() | st.binary(max_size=40),
+        value=st.none() | st.binary(max_size=300),
+        timestamp=st.tuples(st.integers(0, 2), st.integers(-(2**40), 2**40)),
+        headers=st.none()
+        | st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=5)), max_size=3),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(msgs=messages)
+def test_the_compiled_decoder_equals_the_python_one(msgs: list[Message]) -> None:
+    want = decode(msgs, include_headers=True, decoder="python")
+    for name in ("c", "c-accessors"):
+        got = decode(msgs, include_headers=True, decoder=name)
+        for field in (
+            "key",
+            "value",
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "timestamp_type",
+            "headers",
+        ):
+            assert getattr(got, field).equals(getattr(want, field)), (name, field)
+        index = got.partitions()
+        assert got.last_per_partition(index) == want.last_per_partition(want.partitions())
+        assert [index[0][c] for c in index[1]] == list(
+            zip(want.topic.to_pylist(), want.partition.to_pylist(), strict=True)
+        )
+
+
+# -- choosing the decoder -------------------------------------------------------
+
+
+def test_the_compiled_decoder_reads_the_struct_here() -> None:
+    """On the confluent-kafka this project pins, the struct mirror matches:
+    ``auto`` (the default) reads it directly."""
+    found, why = _cdecode.load()
+    assert found is not None, why
+    assert found.direct, why
+    assert arrow.active_decoder("auto") == "c-direct"
+    assert arrow.active_decoder("c") == "c-direct"
+    assert arrow.active_decoder("c-accessors") == "c-accessors"
+
+
+def test_the_environment_picks_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.DECODER, "python")
+    assert arrow.active_decoder() == "python"
+    cols = decode(sample(), include_headers=False)
+    assert type(cols) is Columns  # the Python decoder's, without a ready index
+    monkeypatch.setenv(env.DECODER, "c")
+    assert arrow.active_decoder() == "c-direct"
+    assert type(decode(sample(), include_headers=False)) is not Columns
+    monkeypatch.delenv(env.DECODER)
+    assert arrow.active_decoder() == "c-direct"
+
+
+def test_an_unknown_decoder_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.DECODER, "fortran")
+    with pytest.raises(ValueError, match="MULTIKAFKA_DECODER='fortran'"):
+        decode(sample(), include_headers=False)
+
+
+def test_a_struct_of_another_size_is_not_read_directly() -> None:
+    """``check_layout`` compares the type's size with the mirrored struct;
+    the direct mode also refuses any object whose type is not exactly the
+    configured one."""
+    from multikafka_core import _decode
+
+    class Other:
+        pass
+
+    getters = (Message.topic, Message.partition, Message.offset, Message.timestamp)
+    getters += (Message.key, Message.value, Message.error)
+    try:
+        _decode.configure(Other, getters)
+        assert "bytes, the mirrored struct" in _decode.check_layout()
+        assert _decode.decode(sample(), True) is None
+    finally:
+        _decode.configure(Message, getters)
+    assert _decode.check_layout() is None
+    assert _decode.decode(sample(), True) is not None
+
+
+def test_without_the_extension_auto_decodes_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without a C compiler installs without the extension: reads
+    then decode in Python, and asking for the compiled decoder says why not."""
+    import multikafka_core
+
+    monkeypatch.delattr(multikafka_core, "_decode")
+    monkeypatch.setitem(sys.modules, "multikafka_core._decode", None)  # import fails
+    found, why = _cdecode.load()
+    assert found is None
+    assert "not built" in why
+    monkeypatch.setattr(arrow, "_load_compiled", lambda: (found, why))
+    assert arrow.active_decoder("auto") == "python"
+    assert type(decode(sample(), include_headers=False)) is Columns
+    with pytest.raises(RuntimeError, match="MULTIKAFKA_DECODER=c: the C decoder is not built"):
+        decode(sample(), include_headers=False, decoder="c")
+
+
+def test_a_layout_that_failed_its_checks_is_not_read_directly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``auto`` then decodes in Python (the accessor mode saves little);
+    ``c`` still gets the compiled decoder, through the accessors."""
+    found, _ = _cdecode.load()
+    assert found is not None
+    accessors = dataclasses.replace(found, direct=False)
+    monkeypatch.setattr(arrow, "_load_compiled", lambda: (accessors, "size differs"))
+    assert arrow.active_decoder("auto") == "python"
+    assert arrow.active_decoder("c") == "c-accessors"
+    got = decode(sample(), include_headers=True, decoder="c")
+    want = decode(sample(), include_headers=True, decoder="python")
+    assert record_batch(got, "e", include_headers=True).equals(
+        record_batch(want, "e", include_headers=True)
+    )
