@@ -1,33 +1,60 @@
 """Reconcile latency: from a metadata change to every reader agent applying it.
 
-    python -m benchmarks.reconcile_latency [--agents 1,10,100] [--changes 50]
+    python -m benchmarks.reconcile_latency [--agents 1,10,100] [--spread 1,10,100,1000]
+        [--workers 8] [--changes 50] [--repeat 3] [--profile] [--py-spy] [--out docs]
 
-Starts etcd, one tansu cluster and a coordinator (in a thread of this
-process). For each agent count it starts that many standalone
-``ReaderAgent``s in this process (``heartbeat_interval_s=0.5``), waits until
-the coordinator lists them all as subscribed, then makes ``--changes``
-metadata changes per write path, one at a time, each flipping the stream's
-topic list between ``[t0]`` and ``[t0, t1]``:
+Starts etcd and one tansu cluster, then measures two layouts, one after the
+other, each with a coordinator of its own (own etcd prefix):
+
+* ``one`` (``--agents``): everything in the benchmark process, as before:
+  the coordinator on its event-loop thread, and every agent. One GIL for
+  all: pessimistic, and the figure earlier runs were compared on.
+* ``procs`` (``--spread``): the coordinator in a process of its own, the
+  agents spread over ``--workers`` worker processes (at most one per agent),
+  as in production where every agent lives in a Spark Python worker. The
+  workers run at niceness ``--nice`` (default 10): in production agents run
+  on other machines, and here a thousand agents' threads would otherwise
+  take the CPU from the coordinator and etcd (the coordinator loses its
+  lease) on a small machine.
+
+Every agent is a standalone ``ReaderAgent`` with its own coordinator link
+(subscription, heartbeats every ``--heartbeat`` seconds) and its own TCP
+connection. For each agent count, once all are subscribed and hold the
+current generation, 3 untimed changes, then ``--repeat`` rounds of
+``--changes`` changes per write path, one change at a time, each flipping the
+stream's topics between ``[t0]`` and ``[t0, t1]``:
 
 * ``etcd``: the document written straight to etcd (its JSON gateway);
 * ``admin``: ``AdminClient.put_stream`` (validation, the etcd write, and the
   coordinator waiting until it applied the change).
 
-For every change it measures, in this process:
+For every change:
 
-* ``e2e``: from just before the write to the moment every agent's
-  ``applied_generation`` reaches the write's revision (a tight polling loop,
-  100 us sleeps); ``first``: to the first agent;
-* ``watch``: from just before the write to a bare etcd watch on the key (a
-  thread on etcd's gateway) seeing it: the baseline every ratio is taken
-  against (what a change costs before multikafka does anything);
-* ``coordinator``: the coordinator's own ``reconciler.latencies`` entry (from
-  pushing the event, after partition discovery, to the last agent's
-  acknowledging heartbeat).
+* ``e2e``: from just before the write to the last agent applying it, as
+  the agents' own apply callbacks timestamp it (CLOCK_MONOTONIC, shared by
+  every process of the machine; the timestamps stay in the agents' process
+  until the round ends, only a "all applied" note per process and change
+  goes to the benchmark); ``first``: to the first agent;
+* ``watch`` (baseline): from just before the write to a bare etcd watch on
+  the key (a thread reading etcd's gateway) seeing it;
+* ``coordinator``: the coordinator's own ``reconciler.latencies`` entry
+  (from its watch seeing the change to the last agent's acknowledgement);
+* ``fan-out``: the coordinator's ``reconciler.fanouts`` entry (from its watch
+  seeing the change to the last subscription handing the event to gRPC):
+  its own share of the latency, apart from the agents' and the machine's;
+* ``write call``: how long the write call took.
 
-Agents are closed between rounds. Everything shares one GIL: the
-coordinator, 100 agents (3 threads each) and the poller, which is a
-pessimistic setup (in production every agent is its own process).
+The next change is made once the coordinator has recorded its entry (every
+agent acknowledged). Per round: p50 and p99 of each; reported as the median
+[min - max] over rounds. CPU: the coordinator's process (and its event-loop
+thread alone) per change and per agent and change, over each round, and
+the agents' processes per agent and change; the coordinator's idle CPU
+(heartbeats only) is measured before the rounds and given apart.
+
+``--profile`` adds one more round at the largest count of the last layout
+with cProfile on the coordinator's event-loop thread
+(``benchmarks/out/reconcile_coordinator.prof``); ``--py-spy`` samples the
+coordinator's process with py-spy during it (``pip install py-spy``).
 Results: ``benchmarks/out/reconcile_latency.json``, ``<out>/img/reconcile_latency.png``.
 """
 
@@ -41,40 +68,53 @@ import argparse
 import base64
 import http.client
 import json
+import math
+import queue
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_connections
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from benchmarks._common import (
+    OUT_DIR,
     console,
     finish,
     machine,
     percentile,
     progress_bar,
     quiet_logs,
+    summary,
     wait_until,
+)
+from benchmarks._processes import (
+    AgentsProcess,
+    CoordinatorProcess,
+    CoordinatorSide,
+    Fleet,
+    own_connections,
+    raise_fd_limit,
 )
 
 if TYPE_CHECKING:
-    from coordinator import Coordinator
     from multikafka.devstack.stack import LocalStack
     from multikafka_core.admin_client import AdminClient
-    from reader_agent import ReaderAgent
-
 
 STREAM = "reconcile-bench"
 CLUSTER = "a"
 TOPICS = ("t0", "t1")
-PREFIX = "/multikafka"
-AGENT_HEARTBEAT_S = 0.5
-POLL_SLEEP_S = 0.0001
 MODES = ("etcd", "admin")
+LAYOUTS = ("one", "procs")
+WARMUP = 3
 
 
 def _b64(text: str | bytes) -> str:
@@ -114,13 +154,14 @@ class EtcdHttp:
 
 
 class EtcdWatcher(threading.Thread):
-    """Watches one key through the gateway; records when each revision arrived."""
+    """Watches one key through the gateway; records when (monotonic ns) each
+    revision arrived."""
 
     def __init__(self, port: int, key: str) -> None:
         super().__init__(name="bench-etcd-watch", daemon=True)
         self._port = port
         self._key = key
-        self.seen: dict[int, float] = {}
+        self.seen: dict[int, int] = {}
         self.ready = threading.Event()
         self._conn: http.client.HTTPConnection | None = None
         self.error: BaseException | None = None
@@ -135,7 +176,7 @@ class EtcdWatcher(threading.Thread):
                 line = resp.readline()
                 if not line:
                     return
-                now = time.perf_counter()
+                now = time.monotonic_ns()
                 if not line.strip():
                     continue
                 result = json.loads(line).get("result", {})
@@ -153,142 +194,238 @@ class EtcdWatcher(threading.Thread):
         self.join(5)
 
 
+# -- the coordinator, in this process or its own ---------------------------------------
+
+
+class Coordinator:
+    """What the benchmark asks of the coordinator, wherever it runs."""
+
+    def __init__(self, address: str, pid: int, side: CoordinatorSide | None = None) -> None:
+        self.address = address
+        self.pid = pid
+        self._side = side
+        self.process: CoordinatorProcess | None = None
+
+    def ask(self, command: str, *args: Any) -> Any:
+        if self._side is not None:
+            return self._side.commands()[command](*args)
+        assert self.process is not None
+        return self.process.call(command, *args)
+
+
+# -- agents, in this process or spread over worker processes ---------------------------
+
+
+class Agents:
+    """``n`` agents with their links; ``arm`` then ``wait`` for a generation
+    to be applied by all, ``times`` when each applied it."""
+
+    def __init__(
+        self,
+        layout: str,
+        n: int,
+        coordinator: str,
+        workers: int,
+        heartbeat_s: float,
+        *,
+        own_connections: bool = True,
+        nice: int = 0,
+    ) -> None:
+        self.layout = layout
+        self.n = n
+        self._fleet: Fleet | None = None
+        self._procs: list[AgentsProcess] = []
+        self._done: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.ids: list[str] = []
+        if layout == "one":
+            self._fleet = Fleet(coordinator, n, heartbeat_s, self._done.put)
+            self.ids = self._fleet.ids
+            return
+        count = min(workers, n)
+        sizes = [n // count + (1 if i < n % count else 0) for i in range(count)]
+        try:
+            self._procs = [
+                AgentsProcess(f"agents-{i}", own_connections=own_connections, nice=nice)
+                for i in range(count)
+            ]
+            _parallel([p.start for p in self._procs])
+            ids = _parallel(
+                [
+                    (lambda p=p, k=k: p.call("start", coordinator, k, heartbeat_s))
+                    for p, k in zip(self._procs, sizes, strict=True)
+                ]
+            )
+            self.ids = [i for part in ids for i in part]
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs]
+
+    def wait_applied(self, generation: int, timeout_s: float) -> None:
+        if self._fleet is not None:
+            fleet = self._fleet
+            wait_until(lambda: fleet.lowest() >= generation, timeout_s, "the snapshot applied")
+            return
+        _parallel([lambda p=p: p.call("wait_applied", generation, timeout_s) for p in self._procs])
+
+    def arm(self, generation: int) -> None:
+        if self._fleet is not None:
+            self._fleet.arm(generation)
+        else:
+            for p in self._procs:
+                p.call("arm", generation)
+
+    def wait(self, generation: int, timeout_s: float = 60.0) -> None:
+        """Until every agent applied ``generation`` (notes from each process)."""
+        deadline = time.monotonic() + timeout_s
+        if self._fleet is not None:
+            while True:
+                got = self._done.get(timeout=max(deadline - time.monotonic(), 0.001))
+                if got == generation:
+                    return
+        pending = {p.child.notify: p for p in self._procs}
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"agents did not apply generation {generation}")
+            for conn in wait_connections(list(pending), left):
+                if conn.recv() == generation:  # type: ignore[union-attr]
+                    del pending[conn]  # type: ignore[arg-type]
+
+    def times(self, generations: list[int]) -> dict[int, list[int]]:
+        if self._fleet is not None:
+            return self._fleet.times(generations)
+        out: dict[int, list[int]] = {g: [] for g in generations}
+        for part in _parallel([lambda p=p: p.call("times", generations) for p in self._procs]):
+            for g, ts in part.items():
+                out[g] += ts
+        return {g: sorted(ts) for g, ts in out.items()}
+
+    def cpu(self) -> float:
+        """CPU seconds of the agents' processes (0 when they share this one)."""
+        return sum(_parallel([lambda p=p: p.call("cpu") for p in self._procs]))
+
+    def close(self) -> None:
+        if self._fleet is not None:
+            self._fleet.close()
+        _parallel([p.stop for p in self._procs])
+        self._procs = []
+
+
+def _parallel(fns: list[Any]) -> list[Any]:
+    """Call each of ``fns`` on a thread of its own; their results in order
+    (the first error is raised)."""
+    results: list[Any] = [None] * len(fns)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fns[i]()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(fns))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+# -- one change ------------------------------------------------------------------------
+
+
 @dataclass
 class Change:
     mode: str
     generation: int
-    e2e_s: float
-    first_s: float
-    watch_s: float | None
+    t0_ns: int
+    returned_ns: int
+    watch_ns: int | None
     coordinator_s: list[float] = field(default_factory=list)
-    #: how long the write call took (the admin call waits for the coordinator)
-    write_call_s: float = 0.0
+    #: the coordinator's own fan-out time (seen -> last subscription handed it to gRPC)
+    fanout_s: list[float] = field(default_factory=list)
+    #: filled from the agents' timestamps at the end of the round
+    e2e_s: float = float("nan")
+    first_s: float = float("nan")
+
+    @property
+    def write_call_s(self) -> float:
+        return (self.returned_ns - self.t0_ns) / 1e9
+
+    @property
+    def watch_s(self) -> float | None:
+        return None if self.watch_ns is None else (self.watch_ns - self.t0_ns) / 1e9
 
 
 @dataclass
 class Bench:
     stack: LocalStack
-    coordinator: Coordinator
     admin: AdminClient
     etcd: EtcdHttp
     watcher: EtcdWatcher
+    coordinator: Coordinator
+    prefix: str
     flip: int = 0
 
     def document(self) -> dict[str, Any]:
-        self.flip ^= 1
-        topics = list(TOPICS[: 1 + self.flip])
-        bootstrap = self.stack.clusters[CLUSTER].bootstrap
         from multikafka.devstack.stack import stream_doc
 
-        return stream_doc(STREAM, {CLUSTER: (bootstrap, topics)})
+        self.flip ^= 1
+        topics = list(TOPICS[: 1 + self.flip])
+        return stream_doc(STREAM, {CLUSTER: (self.stack.clusters[CLUSTER].bootstrap, topics)})
 
-    def write(self, mode: str) -> tuple[float, int]:
-        """Make one change; returns (time just before the write, its revision)."""
+    def write(self, mode: str) -> tuple[int, int, int]:
+        """Make one change: (monotonic ns just before the write, its
+        revision, monotonic ns when the call returned)."""
         doc = self.document()
         if mode == "admin":
-            t0 = time.perf_counter()
+            t0 = time.monotonic_ns()
             info = self.admin.put_stream(doc)
-            return t0, int(info.generation)
-        key = f"{PREFIX}/streams/{STREAM}"
+            return t0, int(info.generation), time.monotonic_ns()
+        key = f"{self.prefix}/streams/{STREAM}"
         stored = json.loads(self.etcd.get(key))
         stored["clusters"][CLUSTER]["topics"] = doc["clusters"][CLUSTER]["topics"]
         raw = json.dumps(stored, sort_keys=True).encode()
-        t0 = time.perf_counter()
-        return t0, self.etcd.put(key, raw)
+        t0 = time.monotonic_ns()
+        revision = self.etcd.put(key, raw)
+        return t0, revision, time.monotonic_ns()
 
 
-def start_agents(bench: Bench, n: int) -> list[ReaderAgent]:
-    from reader_agent import ReaderAgent
-
-    agents: list[ReaderAgent] = []
-    try:
-        for _ in range(n):
-            agent = ReaderAgent(heartbeat_interval_s=AGENT_HEARTBEAT_S)
-            agents.append(agent)
-            agent.connect(bench.stack.coordinator_address)
-        ids = {a.agent_id for a in agents}
-        wait_until(
-            lambda: ids <= {r.agent_id for r in bench.admin.readers() if r.subscribed},
-            60 + n,
-            f"{n} agents subscribed",
-        )
-        generation = bench.coordinator.leading().reconciler.generation
-        wait_until(
-            lambda: all(a.applied_generation >= generation for a in agents),
-            30,
-            "the snapshot applied",
-        )
-    except BaseException:
-        close_agents(agents)
-        raise
-    return agents
-
-
-def close_agents(agents: list[ReaderAgent]) -> None:
-    threads = [threading.Thread(target=a.close, daemon=True) for a in agents]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-
-
-def measure_change(bench: Bench, agents: list[ReaderAgent], mode: str) -> Change:
-    """One change: written from a helper thread while this thread polls the
-    agents, so that agents applying it before the write call returns (the
-    admin call waits for the coordinator) are timed right."""
-    latencies = bench.coordinator.leading().reconciler.latencies
-    before = len(latencies)
-    written: dict[str, float] = {}
-    failed: list[BaseException] = []
-
-    def write() -> None:
-        try:
-            t0, generation = bench.write(mode)
-            written.update(t0=t0, generation=generation, returned=time.perf_counter())
-        except BaseException as exc:
-            failed.append(exc)
-
-    writer = threading.Thread(target=write, name="bench-writer", daemon=True)
-    # (time, lowest and highest applied generation) whenever either changed
-    trace: list[tuple[float, int, int]] = []
-    low = high = -1
-    deadline = time.perf_counter() + 60
-    writer.start()
-    while True:
-        gens = [a.applied_generation for a in agents]
-        now = time.perf_counter()
-        if min(gens) != low or max(gens) != high:
-            low, high = min(gens), max(gens)
-            trace.append((now, low, high))
-        if failed:
-            raise RuntimeError(f"{mode} write failed") from failed[0]
-        if "generation" in written and low >= written["generation"]:
-            break
-        if now > deadline:
-            raise TimeoutError(f"agents did not apply the {mode} change")
-        time.sleep(POLL_SLEEP_S)
-    writer.join()
-    t0, generation = written["t0"], int(written["generation"])
-    done = next(t for t, lo, _ in trace if lo >= generation)
-    first = next(t for t, _, hi in trace if hi >= generation)
-    # Let the coordinator record its own measurement of this change.
-    wait_until(lambda: len(latencies) > before, 30, "the coordinator's latency entry")
-    coordinator_s = list(latencies)[before:]
+def measure_change(bench: Bench, agents: Agents, mode: str) -> Change:
+    coordinator = bench.coordinator
+    before = coordinator.ask("count")
+    fanouts_before = coordinator.ask("fanout_count")
+    t0, generation, returned = bench.write(mode)
+    agents.arm(generation)
+    agents.wait(generation)
+    # The coordinator's own measurement ends with the last acknowledgement;
+    # the next change starts after it.
+    wait_until(
+        lambda: coordinator.ask("count") > before,
+        60,
+        "the coordinator's latency entry",
+        interval_s=0.002,
+    )
     wait_until(lambda: generation in bench.watcher.seen, 10, "the etcd watch event")
-    watch_s = bench.watcher.seen[generation] - t0
     return Change(
         mode,
         generation,
-        done - t0,
-        first - t0,
-        watch_s,
-        coordinator_s,
-        written["returned"] - t0,
+        t0,
+        returned,
+        bench.watcher.seen.get(generation),
+        coordinator.ask("latencies", before),
+        coordinator.ask("fanouts", fanouts_before),
     )
 
 
 def stats(values: list[float]) -> dict[str, float]:
-    ms = [v * 1000 for v in values]
+    ms = [v * 1000 for v in values if not math.isnan(v)]
     return {
         "n": len(ms),
         "p50_ms": percentile(ms, 50),
@@ -298,110 +435,381 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
-def summarize(changes: list[Change]) -> dict[str, Any]:
+@dataclass
+class Round:
+    """One round of ``changes`` changes of one write path."""
+
+    mode: str
+    changes: list[Change]
+    wall_s: float
+    coordinator_cpu_s: float
+    coordinator_loop_cpu_s: float
+    agents_cpu_s: float
+
+
+def run_round(bench: Bench, agents: Agents, mode: str, changes: int, progress: Any) -> Round:
+    cpu0 = bench.coordinator.ask("cpu")
+    agents_cpu0 = agents.cpu()
+    start = time.monotonic()
+    measured = []
+    for _ in range(changes):
+        c = measure_change(bench, agents, mode)
+        measured.append(c)
+        progress(c)
+    wall = time.monotonic() - start
+    cpu1 = bench.coordinator.ask("cpu")
+    agents_cpu = agents.cpu() - agents_cpu0
+    times = agents.times([c.generation for c in measured])
+    for c in measured:
+        ts = times.get(c.generation, [])
+        if len(ts) == agents.n:
+            c.e2e_s = (ts[-1] - c.t0_ns) / 1e9
+            c.first_s = (ts[0] - c.t0_ns) / 1e9
+    return Round(
+        mode,
+        measured,
+        wall,
+        cpu1["process"] - cpu0["process"],
+        cpu1["loop"] - cpu0["loop"],
+        agents_cpu,
+    )
+
+
+def _per_change(
+    rounds: list[Round], cpu: list[float], idle_rate: float
+) -> tuple[list[float], list[float]]:
+    """CPU seconds per change of each round: gross, and net of ``idle_rate``."""
+    gross = [c / len(r.changes) for c, r in zip(cpu, rounds, strict=True)]
+    net = [(c - idle_rate * r.wall_s) / len(r.changes) for c, r in zip(cpu, rounds, strict=True)]
+    return gross, net
+
+
+def summarize(rounds: list[Round], n: int, idle: dict[str, float]) -> dict[str, Any]:
+    """Per write path: each measure's p50 and p99 per round, as median
+    [min - max] over rounds; the pooled percentiles; CPU per change (the
+    coordinator's: gross, and net of its idle rate over the round's wall time)."""
     out: dict[str, Any] = {}
     for mode in MODES:
-        cs = [c for c in changes if c.mode == mode]
-        if not cs:
+        rs = [r for r in rounds if r.mode == mode]
+        if not rs:
             continue
-        e2e = stats([c.e2e_s for c in cs])
-        watch = stats([c.watch_s for c in cs if c.watch_s is not None])
-        ratios = [c.e2e_s / c.watch_s for c in cs if c.watch_s]
-        out[mode] = {
-            "e2e": e2e,
-            "first_agent": stats([c.first_s for c in cs]),
-            "watch": watch,
-            "coordinator": stats([x for c in cs for x in c.coordinator_s]),
-            "write_call": stats([c.write_call_s for c in cs]),
-            "e2e_over_watch": {
-                "p50": percentile(ratios, 50),
-                "p99": percentile(ratios, 99),
-                "min": min(ratios) if ratios else float("nan"),
-                "max": max(ratios) if ratios else float("nan"),
-            },
+        per_round: dict[str, list[dict[str, float]]] = {}
+        for r in rs:
+            cs = r.changes
+            per_round.setdefault("e2e", []).append(stats([c.e2e_s for c in cs]))
+            per_round.setdefault("first_agent", []).append(stats([c.first_s for c in cs]))
+            per_round.setdefault("watch", []).append(
+                stats([c.watch_s for c in cs if c.watch_s is not None])
+            )
+            per_round.setdefault("coordinator", []).append(
+                stats([x for c in cs for x in c.coordinator_s])
+            )
+            per_round.setdefault("write_call", []).append(stats([c.write_call_s for c in cs]))
+            per_round.setdefault("fanout", []).append(stats([x for c in cs for x in c.fanout_s]))
+        entry: dict[str, Any] = {}
+        for key, rows in per_round.items():
+            entry[key] = {
+                "p50_ms": summary([row["p50_ms"] for row in rows]),
+                "p99_ms": summary([row["p99_ms"] for row in rows]),
+            }
+        every = [c for r in rs for c in r.changes]
+        entry["pooled"] = {
+            "e2e": stats([c.e2e_s for c in every]),
+            "watch": stats([c.watch_s for c in every if c.watch_s is not None]),
+            "coordinator": stats([x for c in every for x in c.coordinator_s]),
         }
+        ratios = [percentile([c.e2e_s / c.watch_s for c in r.changes if c.watch_s], 50) for r in rs]
+        entry["e2e_over_watch_p50"] = summary(ratios)
+        proc_gross, proc_net = _per_change(rs, [r.coordinator_cpu_s for r in rs], idle["process"])
+        loop_gross, loop_net = _per_change(rs, [r.coordinator_loop_cpu_s for r in rs], idle["loop"])
+        entry["cpu"] = {
+            "coordinator_ms_per_change": summary([x * 1000 for x in proc_gross]),
+            "coordinator_net_ms_per_change": summary([x * 1000 for x in proc_net]),
+            "coordinator_net_us_per_agent_change": summary([x * 1e6 / n for x in proc_net]),
+            "loop_ms_per_change": summary([x * 1000 for x in loop_gross]),
+            "loop_net_ms_per_change": summary([x * 1000 for x in loop_net]),
+            "loop_net_us_per_agent_change": summary([x * 1e6 / n for x in loop_net]),
+            "agents_us_per_agent_change": summary(
+                [r.agents_cpu_s / len(r.changes) / n * 1e6 for r in rs]
+            ),
+            "agents_net_us_per_agent_change": summary(
+                [
+                    (r.agents_cpu_s - idle["agents"] * r.wall_s) / len(r.changes) / n * 1e6
+                    for r in rs
+                ]
+            ),
+        }
+        entry["missing_timestamps"] = sum(1 for c in every if math.isnan(c.e2e_s))
+        out[mode] = entry
+    out["coordinator_idle_cpu_per_s"] = idle
     return out
 
 
+# -- the stack and the layouts ---------------------------------------------------------
+
+
 @contextmanager
-def bench_stack() -> Iterator[Bench]:
+def base_stack() -> Iterator[LocalStack]:
     from multikafka.devstack.feed import create_topics
     from multikafka.devstack.stack import local_stack
+
+    with console.status("starting etcd and a tansu cluster"):
+        stack_cm = local_stack((CLUSTER,), coordinator_listen=None)
+        stack = stack_cm.__enter__()
+    try:
+        create_topics(stack.clusters[CLUSTER].bootstrap, {t: 1 for t in TOPICS})
+        yield stack
+    finally:
+        stack_cm.__exit__(None, None, None)
+
+
+@contextmanager
+def layout_bench(stack: LocalStack, layout: str, heartbeat_s: float) -> Iterator[Bench]:
+    """A coordinator for ``layout`` (own prefix), an admin client, the etcd
+    gateway client and the watcher of the stream's key."""
+    from coordinator import CoordinatorConfig, EtcdEndpoint
+    from multikafka.devstack.processes import CoordinatorThread
     from multikafka_core.admin_client import AdminClient
 
+    prefix = f"/reconcile-{layout}"
+    config: dict[str, Any] = {
+        "etcd_prefix": prefix,
+        "heartbeat_interval_s": heartbeat_s,
+        "reader_ttl_s": max(5.0, 10 * heartbeat_s),
+    }
     with ExitStack() as cleanup:
-        with console.status("starting etcd, a tansu cluster and the coordinator"):
-            stack = cleanup.enter_context(
-                local_stack(
-                    (CLUSTER,),
-                    heartbeat_interval_s=AGENT_HEARTBEAT_S,
-                    reader_ttl_s=5.0,
+        with console.status(f"starting the coordinator ({layout})"):
+            if layout == "one":
+                cfg = CoordinatorConfig(
+                    etcd=EtcdEndpoint.parse(stack.etcd.url), listen="127.0.0.1:0", **config
                 )
-            )
-        create_topics(stack.clusters[CLUSTER].bootstrap, {t: 1 for t in TOPICS})
-        admin = cleanup.enter_context(AdminClient(stack.coordinator_address))
+                thread = CoordinatorThread(cfg).start()
+                cleanup.callback(thread.stop)
+                coordinator = Coordinator(thread.address, os.getpid(), CoordinatorSide(thread))
+            else:
+                proc = CoordinatorProcess(stack.etcd.url, **config).start()
+                cleanup.callback(proc.stop)
+                coordinator = Coordinator(proc.address, proc.pid)
+                coordinator.process = proc
+        admin = cleanup.enter_context(AdminClient(coordinator.address))
         etcd = EtcdHttp(stack.etcd.port)
         cleanup.callback(etcd.close)
-        watcher = EtcdWatcher(stack.etcd.port, f"{PREFIX}/streams/{STREAM}")
+        watcher = EtcdWatcher(stack.etcd.port, f"{prefix}/streams/{STREAM}")
         watcher.start()
         cleanup.callback(watcher.close)
         if not watcher.ready.wait(10):
             raise TimeoutError(f"etcd watch did not start: {watcher.error}")
-        coordinator = stack.coordinator.coordinator if stack.coordinator else None
-        if coordinator is None:
-            raise RuntimeError("no coordinator")
-        bench = Bench(stack, coordinator, admin, etcd, watcher)
+        bench = Bench(stack, admin, etcd, watcher, coordinator, prefix)
         admin.put_stream(bench.document())
         yield bench
-        console.log("stopping the stack")
 
 
-def run(counts: list[int], changes: int, warmup: int, modes: list[str]) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    raw: dict[str, list[dict[str, Any]]] = {}
-    with (
-        bench_stack() as bench,
-        progress_bar() as progress,
-    ):
-        overall = progress.add_task("agent counts", total=len(counts), note="")
-        for n in counts:
-            task = progress.add_task(f"{n} agents: starting", total=None, note="")
-            agents = start_agents(bench, n)
-            try:
-                progress.update(task, description=f"{n} agents: warm-up", total=warmup)
-                for _ in range(warmup):
-                    measure_change(bench, agents, "admin")
-                    progress.advance(task)
-                measured: list[Change] = []
-                for mode in modes:
-                    progress.update(
-                        task, description=f"{n} agents: {mode}", total=changes, completed=0
-                    )
-                    for _ in range(changes):
-                        c = measure_change(bench, agents, mode)
-                        measured.append(c)
-                        progress.update(task, advance=1, note=f"last {c.e2e_s * 1000:.1f} ms")
-                        time.sleep(0.02)
-            finally:
-                progress.update(task, description=f"{n} agents: closing")
-                close_agents(agents)
-            wait_until(
-                lambda: not any(r.subscribed for r in bench.admin.readers()),
-                60,
-                "agents unsubscribed",
-            )
-            results[str(n)] = summarize(measured)
-            raw[str(n)] = [c.__dict__ for c in measured]
-            progress.update(task, description=f"{n} agents: done", note="")
-            progress.advance(overall)
-            for mode in modes:
-                s = results[str(n)][mode]
-                console.log(
-                    f"{n:>4} agents {mode:<5} e2e p50 {s['e2e']['p50_ms']:.1f} ms "
-                    f"p99 {s['e2e']['p99_ms']:.1f} ms | watch p50 {s['watch']['p50_ms']:.2f} ms "
-                    f"| coordinator p50 {s['coordinator']['p50_ms']:.1f} ms"
-                )
-    return {"per_agents": results, "changes": raw}
+def start_agents(bench: Bench, args: argparse.Namespace, layout: str, n: int) -> Agents:
+    agents = Agents(
+        layout,
+        n,
+        bench.coordinator.address,
+        args.workers,
+        args.heartbeat,
+        own_connections=not args.shared_connections,
+        nice=args.nice,
+    )
+    try:
+        ids = set(agents.ids)
+        wait_until(
+            lambda: ids <= {r.agent_id for r in bench.admin.readers() if r.subscribed},
+            60 + n / 5,
+            f"{n} agents subscribed",
+            interval_s=0.2,
+        )
+        agents.wait_applied(bench.coordinator.ask("generation"), 60)
+    except BaseException:
+        agents.close()
+        raise
+    return agents
+
+
+def idle_cpu(bench: Bench, agents: Agents, seconds: float) -> dict[str, float]:
+    """CPU seconds per second with nothing changing (heartbeats): the
+    coordinator's (process, loop thread) and the agents' processes'."""
+    before = bench.coordinator.ask("cpu")
+    agents_before = agents.cpu()
+    time.sleep(seconds)
+    after = bench.coordinator.ask("cpu")
+    out = {k: (after[k] - before[k]) / seconds for k in before}
+    out["agents"] = (agents.cpu() - agents_before) / seconds
+    return out
+
+
+def run_count(
+    bench: Bench, args: argparse.Namespace, layout: str, n: int, progress: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    task = progress.add_task(f"{layout} {n} agents: starting", total=None, note="")
+    agents = start_agents(bench, args, layout, n)
+    rounds: list[Round] = []
+    try:
+        progress.update(task, description=f"{layout} {n}: warm-up", total=WARMUP)
+        for _ in range(WARMUP):
+            measure_change(bench, agents, "admin")
+            progress.advance(task)
+        idle = idle_cpu(bench, agents, args.idle)
+        total = args.repeat * len(args.modes) * args.changes
+        progress.update(task, description=f"{layout} {n} agents", total=total, completed=0)
+
+        def step(c: Change) -> None:
+            progress.update(task, advance=1, note=f"{c.mode} write {c.write_call_s * 1000:.1f} ms")
+
+        for _ in range(args.repeat):
+            for mode in args.modes:
+                rounds.append(run_round(bench, agents, mode, args.changes, step))
+    finally:
+        progress.update(task, description=f"{layout} {n}: closing", note="")
+        agents.close()
+    wait_until(
+        lambda: not any(r.subscribed for r in bench.admin.readers()), 120, "agents unsubscribed"
+    )
+    result = summarize(rounds, n, idle)
+    progress.update(task, description=f"{layout} {n} agents: done")
+    for mode in args.modes:
+        s = result[mode]
+        console.log(
+            f"{layout:<5} {n:>4} agents {mode:<5} e2e p50 {s['e2e']['p50_ms']['median']:.1f} "
+            f"p99 {s['e2e']['p99_ms']['median']:.1f} ms | watch p50 "
+            f"{s['watch']['p50_ms']['median']:.2f} ms | coordinator loop CPU "
+            f"{s['cpu']['loop_ms_per_change']['median']:.1f} ms/change"
+        )
+    raw = [
+        {
+            "round": i,
+            "mode": r.mode,
+            "wall_s": r.wall_s,
+            "coordinator_cpu_s": r.coordinator_cpu_s,
+            "coordinator_loop_cpu_s": r.coordinator_loop_cpu_s,
+            "agents_cpu_s": r.agents_cpu_s,
+            "changes": [
+                {
+                    "generation": c.generation,
+                    "e2e_s": c.e2e_s,
+                    "first_s": c.first_s,
+                    "watch_s": c.watch_s,
+                    "write_call_s": c.write_call_s,
+                    "coordinator_s": c.coordinator_s,
+                    "fanout_s": c.fanout_s,
+                }
+                for c in r.changes
+            ],
+        }
+        for i, r in enumerate(rounds)
+    ]
+    return result, raw
+
+
+def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling process ``pid`` into ``out`` (raw collapsed stacks)
+    until sent SIGINT."""
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen(
+        [
+            *(exe, "record", "--pid", str(pid), "--rate", "100"),
+            *("--format", "raw", "--output", str(out), "--nonblocking"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def profile_round(bench: Bench, args: argparse.Namespace, layout: str, n: int) -> dict[str, Any]:
+    """One more round at ``n`` agents with cProfile on the coordinator's
+    loop thread; with ``--py-spy`` also py-spy on the coordinator's process
+    and on one of the agents' processes."""
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    agents = start_agents(bench, args, layout, n)
+    spies: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    out: dict[str, Any] = {"layout": layout, "agents": n}
+    try:
+        for _ in range(WARMUP):
+            measure_change(bench, agents, "etcd")
+        if args.py_spy:
+            targets = {"coordinator": bench.coordinator.pid}
+            if agents.pids:
+                targets["agents"] = agents.pids[0]
+            for name, pid in targets.items():
+                path = OUT_DIR / f"reconcile_{name}.pyspy.txt"
+                spies[name] = (_py_spy(pid, path), path)
+            time.sleep(1.0)  # py-spy attaches
+        bench.coordinator.ask("profile_start")
+        with console.status(f"profiling the coordinator: {args.changes} changes, {n} agents"):
+            for _ in range(args.changes):
+                measure_change(bench, agents, "etcd")
+        prof = OUT_DIR / "reconcile_coordinator.prof"
+        out["cprofile_top"] = bench.coordinator.ask("profile_stop", str(prof))
+        out["cprofile_file"] = str(prof)
+    finally:
+        for spy, _ in spies.values():
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
+        agents.close()
+    for name, (_, path) in spies.items():
+        if path.exists():
+            out[f"py_spy_{name}"] = pyspy_top(path)
+            out[f"py_spy_{name}_file"] = str(path)
+    wait_until(
+        lambda: not any(r.subscribed for r in bench.admin.readers()), 120, "agents unsubscribed"
+    )
+    return out
+
+
+def pyspy_top(path: Path, top: int = 25) -> dict[str, Any]:
+    """Own and inclusive shares of py-spy's samples (raw collapsed stacks)."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for f in set(frames):
+            inclusive[f] = inclusive.get(f, 0) + n
+
+    def share(d: dict[str, int]) -> list[dict[str, Any]]:
+        rows = sorted(d.items(), key=lambda kv: kv[1], reverse=True)[:top]
+        return [{"frame": f, "share": c / total} for f, c in rows] if total else []
+
+    return {"samples": total, "own": share(own), "inclusive": share(inclusive)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    plan = [("one", n) for n in args.agents] + [("procs", n) for n in args.spread]
+    layouts: dict[str, dict[str, Any]] = {}
+    raw: dict[str, dict[str, Any]] = {}
+    profile: dict[str, Any] = {}
+    with base_stack() as stack, progress_bar() as progress:
+        overall = progress.add_task("layouts and counts", total=len(plan), note="")
+        for layout in LAYOUTS:
+            counts = [n for lay, n in plan if lay == layout]
+            if not counts:
+                continue
+            with layout_bench(stack, layout, args.heartbeat) as bench:
+                for n in counts:
+                    result, rounds = run_count(bench, args, layout, n, progress)
+                    layouts.setdefault(layout, {})[str(n)] = result
+                    raw.setdefault(layout, {})[str(n)] = rounds
+                    progress.advance(overall)
+                last = layout == [lay for lay in LAYOUTS if any(p[0] == lay for p in plan)][-1]
+                if last and (args.profile or args.py_spy):
+                    try:
+                        profile = profile_round(bench, args, layout, max(counts))
+                    except Exception as exc:  # a diagnostic: the measurements stand
+                        console.log(f"[red]profiling round failed: {exc!r}")
+                        profile = {"layout": layout, "agents": max(counts), "error": repr(exc)}
+    return {"layouts": layouts, "rounds": raw, "profile": profile}
+
+
+# -- output ----------------------------------------------------------------------------
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -410,93 +818,249 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    per = result["summary"]["per_agents"]
-    counts = sorted(int(n) for n in per)
-    modes = [m for m in MODES if m in per[str(counts[0])]]
-    fig, axes = plt.subplots(1, len(modes), figsize=(6 * len(modes), 4.5), squeeze=False)
-    series = [
-        ("e2e", "write -> all agents applied", "#1f77b4"),
-        ("coordinator", "coordinator-measured", "#ff7f0e"),
-        ("watch", "bare etcd watch (baseline)", "#7f7f7f"),
-    ]
+    layouts = result["summary"]["layouts"]
+    modes = [m for m in MODES if m in result["config"]["modes"]]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 5), squeeze=False)
+    styles = {
+        "one": ("#1f77b4", "one process (coordinator thread + agents)"),
+        "procs": ("#2ca02c", "coordinator process + agents in worker processes"),
+    }
+    all_counts: set[int] = set()
     for ax, mode in zip(axes[0], modes, strict=True):
-        for key, label, color in series:
-            p50 = [per[str(n)][mode][key]["p50_ms"] for n in counts]
-            p99 = [per[str(n)][mode][key]["p99_ms"] for n in counts]
-            ax.plot(counts, p50, "o-", color=color, label=f"{label} p50")
-            ax.plot(counts, p99, "s--", color=color, alpha=0.6, label=f"{label} p99")
+        for layout, per in layouts.items():
+            counts = sorted(int(n) for n in per if mode in per[n])
+            all_counts.update(counts)
+            color, label = styles[layout]
+            for pct, marker, alpha in (("p50_ms", "o-", 1.0), ("p99_ms", "s--", 0.7)):
+                med = [per[str(n)][mode]["e2e"][pct]["median"] for n in counts]
+                lo = [
+                    m - per[str(n)][mode]["e2e"][pct]["min"]
+                    for m, n in zip(med, counts, strict=True)
+                ]
+                hi = [
+                    per[str(n)][mode]["e2e"][pct]["max"] - m
+                    for m, n in zip(med, counts, strict=True)
+                ]
+                ax.errorbar(
+                    counts,
+                    med,
+                    yerr=[lo, hi],
+                    fmt=marker,
+                    color=color,
+                    alpha=alpha,
+                    capsize=3,
+                    label=f"write -> all applied {pct[:3]}, {label}",
+                )
+            fanout = [per[str(n)][mode]["fanout"]["p50_ms"]["median"] for n in counts]
+            if not all(math.isnan(x) for x in fanout):
+                ax.plot(
+                    counts,
+                    fanout,
+                    "v-.",
+                    color=color,
+                    alpha=0.6,
+                    label=f"coordinator fan-out p50 (its own share), {layout}",
+                )
+            coord = [per[str(n)][mode]["coordinator"]["p50_ms"]["median"] for n in counts]
+            ax.plot(
+                counts,
+                coord,
+                "^:",
+                color=color,
+                alpha=0.6,
+                label=f"coordinator-measured p50, {layout}",
+            )
+        for layout, per in layouts.items():
+            counts = sorted(int(n) for n in per if mode in per[n])
+            watch = [per[str(n)][mode]["watch"]["p50_ms"]["median"] for n in counts]
+            ax.plot(
+                counts,
+                watch,
+                "x-",
+                color="#7f7f7f",
+                label=f"bare etcd watch p50 (baseline), {layout}",
+            )
+        ax.axhline(250, color="#d62728", lw=0.8, ls="-.", label="goal: p99 250 ms at 1,000 agents")
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xticks(counts)
-        ax.set_xticklabels([str(n) for n in counts])
-        ax.set_xlabel("reader agents (one process, one GIL)")
-        ax.set_ylabel("ms")
+        ticks = sorted(all_counts)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(n) for n in ticks])
+        ax.set_xlabel("reader agents (each with its own link and connection)")
+        ax.set_ylabel("ms (median of rounds; bars: min - max)")
         what = "direct etcd write" if mode == "etcd" else "AdminClient.put_stream"
         ax.set_title(f"reconcile latency, {what}")
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=6.5)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def _mm(s: dict[str, float], fmt: str = "{:.1f}") -> str:
+    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
+
+
 def print_summary(result: dict[str, Any]) -> None:
-    table = Table(title="reconcile latency (ms): p50 / p99")
+    latency = Table(title="reconcile latency (ms), median \\[min-max] over rounds")
     for col in (
+        "layout",
         "agents",
         "write",
-        "e2e",
-        "first agent",
-        "coordinator",
-        "etcd watch",
-        "write call",
+        "e2e p50",
+        "e2e p99",
+        "first agent p50",
+        "coordinator p50",
+        "fan-out p50",
+        "etcd watch p50",
+        "write call p50",
         "e2e/watch p50",
     ):
-        table.add_column(col, justify="right")
-    for n, per_mode in result["summary"]["per_agents"].items():
-        for mode, s in per_mode.items():
-            table.add_row(
-                n,
-                mode,
-                f"{s['e2e']['p50_ms']:.1f} / {s['e2e']['p99_ms']:.1f}",
-                f"{s['first_agent']['p50_ms']:.1f} / {s['first_agent']['p99_ms']:.1f}",
-                f"{s['coordinator']['p50_ms']:.1f} / {s['coordinator']['p99_ms']:.1f}",
-                f"{s['watch']['p50_ms']:.2f} / {s['watch']['p99_ms']:.2f}",
-                f"{s['write_call']['p50_ms']:.1f} / {s['write_call']['p99_ms']:.1f}",
-                f"{s['e2e_over_watch']['p50']:.1f}x",
+        latency.add_column(col, justify="right")
+    cpu = Table(title="CPU per change (ms) and per agent and change (us), median \\[min-max]")
+    for col in (
+        "layout",
+        "agents",
+        "write",
+        "coordinator process",
+        "net of idle",
+        "net per agent",
+        "loop thread",
+        "loop net per agent",
+        "agents' processes per agent",
+        "agents net per agent",
+    ):
+        cpu.add_column(col, justify="right")
+    for layout, per in result["summary"]["layouts"].items():
+        for n, per_mode in per.items():
+            for mode in MODES:
+                s = per_mode.get(mode)
+                if s is None:
+                    continue
+                c = s["cpu"]
+                latency.add_row(
+                    layout,
+                    n,
+                    mode,
+                    _mm(s["e2e"]["p50_ms"]),
+                    _mm(s["e2e"]["p99_ms"]),
+                    _mm(s["first_agent"]["p50_ms"]),
+                    _mm(s["coordinator"]["p50_ms"]),
+                    _mm(s["fanout"]["p50_ms"]),
+                    _mm(s["watch"]["p50_ms"], "{:.2f}"),
+                    _mm(s["write_call"]["p50_ms"]),
+                    f"{s['e2e_over_watch_p50']['median']:.1f}x",
+                )
+                one = layout == "one"
+                cpu.add_row(
+                    layout,
+                    n,
+                    mode,
+                    "-" if one else _mm(c["coordinator_ms_per_change"]),
+                    "-" if one else _mm(c["coordinator_net_ms_per_change"]),
+                    "-" if one else _mm(c["coordinator_net_us_per_agent_change"], "{:.0f}"),
+                    _mm(c["loop_ms_per_change"]),
+                    _mm(c["loop_net_us_per_agent_change"], "{:.0f}"),
+                    "-" if one else _mm(c["agents_us_per_agent_change"], "{:.0f}"),
+                    "-" if one else _mm(c["agents_net_us_per_agent_change"], "{:.0f}"),
+                )
+    console.print(latency)
+    console.print(cpu)
+    prof = result["summary"].get("profile") or {}
+    if prof.get("cprofile_top"):
+        t = Table(
+            title=f"coordinator loop thread, cProfile, {prof['agents']} agents ({prof['layout']})"
+        )
+        for col in ("function", "calls", "own s", "cum s"):
+            t.add_column(col, justify="right" if col != "function" else "left")
+        for row in prof["cprofile_top"][:15]:
+            t.add_row(
+                row["function"], str(row["calls"]), f"{row['own_s']:.3f}", f"{row['cum_s']:.3f}"
             )
-    console.print(table)
+        console.print(t)
+    for name in ("coordinator", "agents"):
+        spy = prof.get(f"py_spy_{name}")
+        if not spy:
+            continue
+        t = Table(title=f"{name} process, py-spy, {spy['samples']} samples: own / inclusive")
+        t.add_column("own: frame")
+        t.add_column("share", justify="right")
+        t.add_column("inclusive: frame")
+        t.add_column("share", justify="right")
+        for own, inc in zip(spy["own"][:15], spy["inclusive"][:15], strict=False):
+            t.add_row(own["frame"], f"{own['share']:.1%}", inc["frame"], f"{inc['share']:.1%}")
+        console.print(t)
+
+
+def _counts(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--agents", default="1,10,100", help="comma-separated agent counts")
-    parser.add_argument("--changes", type=int, default=50, help="changes per write path")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed changes per count")
+    parser.add_argument(
+        "--agents", default="1,10,100", help="agent counts, all in this process ('' for none)"
+    )
+    parser.add_argument(
+        "--spread",
+        default="1,10,100,1000",
+        help="agent counts spread over worker processes, coordinator in its own ('' for none)",
+    )
+    parser.add_argument("--workers", type=int, default=8, help="worker processes for --spread")
+    parser.add_argument("--changes", type=int, default=50, help="changes per round and write path")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per agent count")
     parser.add_argument("--modes", default=",".join(MODES), help="write paths: etcd,admin")
+    parser.add_argument(
+        "--heartbeat", type=float, default=2.0, help="agents' heartbeat, seconds (product default)"
+    )
+    parser.add_argument("--idle", type=float, default=2.0, help="seconds of idle CPU measurement")
+    parser.add_argument(
+        "--shared-connections",
+        action="store_true",
+        help="let the agents of a process share one TCP connection (gRPC's default pool)",
+    )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=10,
+        help="niceness of the agents' worker processes (0: compete with the coordinator)",
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the coordinator")
+    parser.add_argument("--py-spy", action="store_true", help="py-spy the coordinator process")
     parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
-    counts = [int(x) for x in args.agents.split(",") if x.strip()]
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not set(modes) <= set(MODES):
+    args.agents = _counts(args.agents)
+    args.spread = _counts(args.spread)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not set(args.modes) <= set(MODES):
         parser.error(f"--modes: choose from {', '.join(MODES)}")
+    if args.repeat < 1 or args.changes < 1:
+        parser.error("--repeat and --changes must be at least 1")
     quiet_logs()
+    fd_limit = raise_fd_limit()
+    if not args.shared_connections:
+        own_connections()  # for the agents of this process (layout "one")
     result: dict[str, Any] = {
         "benchmark": "reconcile_latency",
         "machine": machine(),
         "config": {
-            "agents": counts,
-            "changes_per_mode": args.changes,
-            "warmup": args.warmup,
-            "modes": modes,
-            "agent_heartbeat_s": AGENT_HEARTBEAT_S,
-            "poll_sleep_s": POLL_SLEEP_S,
+            "agents_one_process": args.agents,
+            "agents_spread": args.spread,
+            "workers": args.workers,
+            "changes_per_round": args.changes,
+            "rounds": args.repeat,
+            "warmup": WARMUP,
+            "modes": args.modes,
+            "agent_heartbeat_s": args.heartbeat,
+            "own_connections": not args.shared_connections,
+            "agents_nice": args.nice,
+            "fd_limit": fd_limit,
         },
     }
     console.rule("[bold]multikafka reconcile latency")
-    measured = run(counts, args.changes, args.warmup, modes)
-    result["summary"] = {"per_agents": measured["per_agents"]}
-    result["changes"] = measured["changes"]
+    measured = run(args)
+    result["summary"] = {"layouts": measured["layouts"], "profile": measured["profile"]}
+    result["rounds"] = measured["rounds"]
     json_path, png = finish("reconcile_latency", result, args.out, plot)
     print_summary(result)
     console.print(f"wrote {json_path} and {png}")

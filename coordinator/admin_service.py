@@ -226,9 +226,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self._c.store.get(name)
         return admin_pb2.ListAssignmentsResponse(
             assignments=[
-                admin_pb2.Assignment(agent_id=a.agent_id, splits=sorted(a.holdings[name]))
+                admin_pb2.Assignment(agent_id=a.agent_id, splits=held)
                 for a in duties.registry.agents()
-                if a.holdings.get(name)
+                if (held := a.held(name))
             ]
         )
 

@@ -1,9 +1,17 @@
 """Registered reader agents: who they are, what generation they applied, which
-sub-readers and splits they hold, and their event queues.
+sub-readers and splits they hold, and their event mailboxes.
 
 Registrations are written to ``<prefix>/readers/<agent id>`` under one lease
 the coordinator keeps alive, so they vanish with a coordinator that dies, and
-are removed by the coordinator when an agent misses heartbeats.
+are removed by the coordinator when an agent misses heartbeats. Everything
+kept per agent lives on its :class:`Agent` and goes with it.
+
+A reconcile event reaches a thousand agents: it is serialized once
+(:class:`Outgoing`), and each agent's :class:`Mailbox` holds at most one
+undelivered event. Events that arrive while an agent's stream is still busy
+are merged into it (a cluster's desired state is absolute, so the latest
+entry per cluster is all the agent needs), so a slow agent never holds a
+backlog and never has to be resynced.
 """
 
 from __future__ import annotations
@@ -23,8 +31,89 @@ from multikafka_core.v1 import reader_pb2
 
 logger = logging.getLogger(__name__)
 
-#: Events an agent's queue holds before it is considered stuck and resynced.
-QUEUE_SIZE = 256
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A reconcile event and its bytes on the wire, serialized once for
+    every agent it goes to."""
+
+    event: reader_pb2.ReconcileEvent
+    payload: bytes
+    #: The lowest generation it carries (several when merged).
+    first: int
+
+    @classmethod
+    def of(cls, event: reader_pb2.ReconcileEvent) -> Outgoing:
+        return cls(event, event.SerializeToString(), event.generation)
+
+    @property
+    def generation(self) -> int:
+        return int(self.event.generation)
+
+
+def merge(older: Outgoing, newer: Outgoing) -> Outgoing:
+    """One event that leaves an agent where ``older`` then ``newer`` would:
+    per (stream, cluster) the newer desired state, the newer generation, and
+    the time the older change was seen."""
+    clusters = {(d.stream, d.cluster): d for d in older.event.clusters}
+    clusters.update({(d.stream, d.cluster): d for d in newer.event.clusters})
+    event = reader_pb2.ReconcileEvent(
+        generation=max(older.generation, newer.generation),
+        snapshot=older.event.snapshot or newer.event.snapshot,
+        clusters=list(clusters.values()),
+        observed_ms=older.event.observed_ms or newer.event.observed_ms,
+    )
+    return Outgoing(event, event.SerializeToString(), min(older.first, newer.first))
+
+
+class Mailbox:
+    """What one agent's subscription has yet to send: one (merged) event,
+    or the end of the subscription."""
+
+    __slots__ = ("_closed", "_pending", "_waiter")
+
+    def __init__(self) -> None:
+        self._pending: Outgoing | None = None
+        self._closed = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def put(self, item: Outgoing) -> None:
+        pending = self._pending
+        self._pending = item if pending is None else merge(pending, item)
+        self._wake()
+
+    def close(self) -> None:
+        """End the subscription once what is pending was sent."""
+        self._closed = True
+        self._wake()
+
+    def take(self) -> Outgoing | None:
+        """The pending event, if any (it is then no longer pending)."""
+        item, self._pending = self._pending, None
+        return item
+
+    async def get(self) -> Outgoing | None:
+        """The next event to send; None once the mailbox is closed."""
+        while self._pending is None and not self._closed:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.take()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+#: How long a split an agent reported reading counts as one it holds.
+HOLDING_S = 30.0
 
 
 @dataclass
@@ -38,11 +127,26 @@ class Agent:
     applied_generation: int = 0
     #: Stats the agent last pushed, per "stream/cluster".
     sub_readers: dict[str, reader_pb2.SubReaderStats] = field(default_factory=dict)
-    #: stream -> split ids this agent read most recently.
-    holdings: dict[str, set[str]] = field(default_factory=dict)
+    #: stream -> split id -> when the agent last reported reading it
+    #: (``time.monotonic``): a micro-batch's tasks each report some.
+    holdings: dict[str, dict[str, float]] = field(default_factory=dict)
     #: "stream/cluster" -> (records read, restarts) the metrics already count.
     counted: dict[str, tuple[int, int]] = field(default_factory=dict)
-    queue: asyncio.Queue[reader_pb2.ReconcileEvent | None] | None = None
+    #: Events for its subscription (None while it has none).
+    queue: Mailbox | None = None
+
+    def held(self, stream: str, window_s: float = HOLDING_S) -> list[str]:
+        """Splits of ``stream`` the agent reported reading in the last
+        ``window_s`` seconds (older reports are dropped)."""
+        splits = self.holdings.get(stream)
+        if not splits:
+            return []
+        horizon = time.monotonic() - window_s
+        for split in [s for s, t in splits.items() if t < horizon]:
+            del splits[split]
+        if not splits:
+            del self.holdings[stream]
+        return sorted(splits)
 
 
 class AgentRegistry:
@@ -74,7 +178,7 @@ class AgentRegistry:
         await self._tasks.stop()
         for agent in self._agents.values():
             if agent.queue is not None:
-                agent.queue.put_nowait(None)
+                agent.queue.close()
         if self._lease is not None:
             with contextlib.suppress(UnavailableError):
                 await self._etcd.revoke_lease(self._lease)
@@ -98,55 +202,57 @@ class AgentRegistry:
             return None
         agent.last_heartbeat = time.monotonic()
         agent.last_heartbeat_ms = int(time.time() * 1000)
-        agent.sub_readers = {f"{s.stream}/{s.cluster}": s for s in stats}
+        if stats or agent.sub_readers:
+            agent.sub_readers = {f"{s.stream}/{s.cluster}": s for s in stats}
+            # Counters the agent dropped (cluster gone) start again from 0
+            # if it comes back: forget what the metrics counted of them.
+            for key in [k for k in agent.counted if k not in agent.sub_readers]:
+                del agent.counted[key]
         if applied > agent.applied_generation:
             agent.applied_generation = applied
             for listener in self._applied_listeners:
                 listener(agent)
         return agent
 
-    def subscribe(self, agent_id: str) -> asyncio.Queue[reader_pb2.ReconcileEvent | None]:
+    def subscribe(self, agent_id: str) -> Mailbox:
         agent = self._agents[agent_id]
         if agent.queue is not None:
-            agent.queue.put_nowait(None)  # end the previous subscription
-        agent.queue = asyncio.Queue(QUEUE_SIZE)
+            agent.queue.close()  # end the previous subscription
+        agent.queue = Mailbox()
         return agent.queue
 
-    def unsubscribe(
-        self, agent_id: str, queue: asyncio.Queue[reader_pb2.ReconcileEvent | None]
-    ) -> None:
+    def unsubscribe(self, agent_id: str, mailbox: Mailbox) -> None:
         agent = self._agents.get(agent_id)
-        if agent is not None and agent.queue is queue:
+        if agent is not None and agent.queue is mailbox:
             agent.queue = None
 
     def subscribed(self) -> list[Agent]:
         return [a for a in self._agents.values() if a.queue is not None]
 
-    def broadcast(self, event: reader_pb2.ReconcileEvent) -> int:
-        """Queue ``event`` for every subscribed agent; returns how many."""
+    def broadcast(self, event: reader_pb2.ReconcileEvent | Outgoing) -> int:
+        """Hand ``event`` (serialized once) to every subscribed agent;
+        returns how many."""
+        item = event if isinstance(event, Outgoing) else Outgoing.of(event)
         sent = 0
-        for agent in self.subscribed():
-            queue = agent.queue
-            if queue is None:
-                continue
-            try:
-                queue.put_nowait(event)
+        for agent in self._agents.values():
+            if agent.queue is not None:
+                agent.queue.put(item)
                 sent += 1
-            except asyncio.QueueFull:
-                # End the stream; the agent subscribes again and gets a snapshot.
-                logger.warning(
-                    "agent not keeping up; resyncing it", extra={"agent": agent.agent_id}
-                )
-                while not queue.empty():
-                    queue.get_nowait()
-                queue.put_nowait(None)
-                agent.queue = None
         return sent
 
     def hold(self, agent_id: str, stream: str, splits: set[str]) -> None:
         agent = self._agents.get(agent_id)
         if agent is not None:
-            agent.holdings[stream] = splits
+            now = time.monotonic()
+            agent.holdings.setdefault(stream, {}).update((split, now) for split in splits)
+
+    def forget_stream(self, stream: str) -> None:
+        """Drop what agents are known to hold of a deleted stream."""
+        prefix = f"{stream}/"
+        for agent in self._agents.values():
+            agent.holdings.pop(stream, None)
+            for key in [k for k in agent.counted if k.startswith(prefix)]:
+                del agent.counted[key]
 
     @staticmethod
     async def persisted(etcd: EtcdClient, prefix: str) -> list[Agent]:
@@ -186,7 +292,7 @@ class AgentRegistry:
             logger.info("reader agent expired", extra={"agent": agent.agent_id})
             del self._agents[agent.agent_id]
             if agent.queue is not None:
-                agent.queue.put_nowait(None)
+                agent.queue.close()
             for listener in self.on_expired:
                 listener(agent)
             with contextlib.suppress(UnavailableError):

@@ -54,7 +54,13 @@ class LeaderDuties:
             store, self.discovery, self.queries, self.history, metrics
         )
         self.reconciler = Reconciler(
-            store, self.discovery, self.registry, self.lifecycle.wake, self.history, metrics
+            store,
+            self.discovery,
+            self.registry,
+            self.lifecycle.wake,
+            self.history,
+            metrics,
+            forget=self.marks.forget,
         )
         self.abandonments = Abandonments(self.queries, self.history, metrics)
         self.translator = FailoverTranslator(self.discovery, self.marks)

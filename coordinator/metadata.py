@@ -269,7 +269,10 @@ class MetadataStore:
             return
         old = self._views.get(name)
         if old is None:
-            self._orphan_status[name] = (status, revision)
+            if raw is None:  # the status of a deleted stream went too
+                self._orphan_status.pop(name, None)
+            else:
+                self._orphan_status[name] = (status, revision)
             return
         if old.status_revision >= revision:
             return

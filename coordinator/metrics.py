@@ -144,3 +144,14 @@ class Metrics:
         for family in (self.generation, self.rejected, self.reconciles):
             with contextlib.suppress(KeyError):
                 family.remove(stream)
+        # Failovers are labelled by both clusters and the mode: remove every
+        # series of the stream (a cluster that is gone may be one of them).
+        seen = {
+            (s.labels["from_cluster"], s.labels["to_cluster"], s.labels["mode"])
+            for metric in self.failovers.collect()
+            for s in metric.samples
+            if s.labels.get("stream") == stream
+        }
+        for from_cluster, to_cluster, mode in seen:
+            with contextlib.suppress(KeyError):
+                self.failovers.remove(stream, from_cluster, to_cluster, mode)

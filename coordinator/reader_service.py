@@ -3,6 +3,10 @@ heartbeat (acknowledging the generation they applied) and report reads.
 
 Every call needs the leader (a standby raises :class:`NotLeaderError`, which
 names the leader: agents move there by themselves).
+
+Subscriptions send reconcile events as the bytes the reconciler serialized
+once for every agent (:func:`add_reader_service` registers the service so
+that gRPC sends them as they are).
 """
 
 from __future__ import annotations
@@ -51,16 +55,17 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         agent_id = validate_id(request.agent_id, "agent_id")
         if d.registry.get(agent_id) is None:
             raise NotFoundError(f"agent {shown(agent_id)} is not registered; call Register first")
-        queue = d.registry.subscribe(agent_id)
+        mailbox = d.registry.subscribe(agent_id)
         try:
-            yield d.reconciler.snapshot()
+            yield d.reconciler.snapshot_payload()  # type: ignore[misc]  # bytes: see method_handlers
             while True:
-                event = await queue.get()
-                if event is None:
+                item = await mailbox.get()
+                if item is None:
                     return
-                yield event
+                d.reconciler.sent(item)
+                yield item.payload  # type: ignore[misc]
         finally:
-            d.registry.unsubscribe(agent_id, queue)
+            d.registry.unsubscribe(agent_id, mailbox)
 
     @unary
     async def Heartbeat(
@@ -120,6 +125,47 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         if request.marks:
             d.registry.hold(agent_id, stream, {m.split for m in request.marks})
         return reader_pb2.ReportReadsResponse()
+
+
+def _as_sent(message: bytes | reader_pb2.ReconcileEvent) -> bytes:
+    """Subscribe's serializer: events arrive serialized already."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def method_handlers(service: ReaderService) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The generated handlers of the Reader service, with Subscribe's events
+    sent as the bytes they were serialized to once."""
+    return {
+        "Register": grpc.unary_unary_rpc_method_handler(
+            service.Register,
+            request_deserializer=reader_pb2.RegisterRequest.FromString,
+            response_serializer=reader_pb2.RegisterResponse.SerializeToString,
+        ),
+        "Subscribe": grpc.unary_stream_rpc_method_handler(
+            service.Subscribe,
+            request_deserializer=reader_pb2.SubscribeRequest.FromString,
+            response_serializer=_as_sent,
+        ),
+        "Heartbeat": grpc.unary_unary_rpc_method_handler(
+            service.Heartbeat,
+            request_deserializer=reader_pb2.HeartbeatRequest.FromString,
+            response_serializer=reader_pb2.HeartbeatResponse.SerializeToString,
+        ),
+        "ReportReads": grpc.unary_unary_rpc_method_handler(
+            service.ReportReads,
+            request_deserializer=reader_pb2.ReportReadsRequest.FromString,
+            response_serializer=reader_pb2.ReportReadsResponse.SerializeToString,
+        ),
+    }
+
+
+def add_reader_service(service: ReaderService, server: grpc.aio.Server) -> None:
+    """Register the Reader service (as the generated code would, with
+    :func:`method_handlers`)."""
+    handlers = method_handlers(service)
+    name = reader_pb2.DESCRIPTOR.services_by_name["Reader"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 def _split(text: str, field: str) -> SplitId:

@@ -1,10 +1,17 @@
 """Reconciliation: from a metadata change to reconcile events at every agent.
 
-For each applied change the reconciler brings partition discovery in line,
-works out which (stream, cluster) pairs changed in a way agents care about
-(connection fingerprint or state, or removal), and pushes one event carrying
-the change's generation to every subscribed agent. It measures how long it
-takes until every agent that was subscribed has applied it.
+For each applied change the reconciler works out which (stream, cluster)
+pairs changed in a way agents care about (connection fingerprint or state, or
+removal), pushes one event carrying the change's generation to every
+subscribed agent (serialized once for all of them), and then brings partition
+discovery in line: agents need nothing discovery finds, so they do not wait
+for it. It measures how long it takes until every agent that was subscribed
+has handed the event to gRPC (``fanouts``: the coordinator's own share) and
+has applied it (``latencies``).
+
+A deleted stream leaves nothing behind: its desired state, metric series,
+history, what agents were known to hold of it, and (through ``forget``) the
+leader's other per-stream state such as read marks.
 
 A change that implies lifecycle work (a cluster set DRAINING by hand, whose
 end offsets must be captured) only wakes the lifecycle, which does the work
@@ -22,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator.agent_registry import Agent, AgentRegistry
+from coordinator.agent_registry import Agent, AgentRegistry, Outgoing
 from coordinator.discovery import Discovery
 from coordinator.history import History
 from coordinator.metadata import MetadataChange, MetadataStore, Rejection
@@ -34,12 +41,17 @@ from multikafka_core.v1 import reader_pb2
 logger = logging.getLogger(__name__)
 
 REMOVED = "REMOVED"
+#: Generations whose acknowledgements are awaited at most: an agent that keeps
+#: heartbeating without ever applying must not make the reconciler grow.
+MAX_PENDING = 1024
 
 
 @dataclass
 class _Pending:
     observed: float
     waiting: set[str]
+    #: Subscriptions that have yet to hand the event to gRPC.
+    unsent: int = 0
 
 
 def desired_of(view: StreamView | None) -> dict[str, reader_pb2.ClusterDesired]:
@@ -66,6 +78,7 @@ class Reconciler:
         wake_lifecycle: Callable[[], None],
         history: History,
         metrics: Metrics,
+        forget: Callable[[str], None] | None = None,
     ) -> None:
         self._store = store
         self._discovery = discovery
@@ -73,10 +86,16 @@ class Reconciler:
         self._wake_lifecycle = wake_lifecycle
         self._history = history
         self._metrics = metrics
+        self._forget = forget
         self._desired: dict[str, dict[str, reader_pb2.ClusterDesired]] = {}
         self._pending: dict[int, _Pending] = {}
+        #: The snapshot new subscriptions get, serialized (built again after a change).
+        self._snapshot: bytes | None = None
         #: Recent reconcile latencies (seconds), for benchmarks and the admin API.
         self.latencies: deque[float] = deque(maxlen=10_000)
+        #: Recent fan-out times (seconds): from seeing a change to the last
+        #: subscription handing its event to gRPC.
+        self.fanouts: deque[float] = deque(maxlen=10_000)
         self.generation = 0
         registry.on_applied(self.on_applied)
         registry.on_expired.append(self.on_applied)
@@ -109,13 +128,19 @@ class Reconciler:
             observed_ms=int(time.time() * 1000),
         )
 
+    def snapshot_payload(self) -> bytes:
+        """:meth:`snapshot`, serialized; built once per generation (a
+        thousand agents subscribing at once get the same bytes)."""
+        if self._snapshot is None:
+            self._snapshot = self.snapshot().SerializeToString()
+        return self._snapshot
+
     async def on_change(self, change: MetadataChange) -> None:
         """Every applied change becomes one event (agents track the generation
         even when nothing they hold changed); its entries are the clusters
         whose connection or state changed, or that were removed."""
         seen = time.monotonic()  # latency runs from here to the last agent's acknowledgement
         self.generation = max(self.generation, change.revision)
-        await self._discovery.sync(change.new, change.name)
         old = self._desired.get(change.name, {})
         new = desired_of(change.new)
         changed = [d for cid, d in new.items() if old.get(cid) != d]
@@ -130,15 +155,29 @@ class Reconciler:
             self._desired[change.name] = new
         else:
             self._desired.pop(change.name, None)
-        self._account(change, old, new)
+        self._snapshot = None
         self._push(change.revision, changed, seen)
+        await self._discovery.sync(change.new, change.name)
+        self._account(change, old, new)
+        if change.new is None:
+            self._deleted(change)
+            return
         summary = describe(change)
         if summary:
             self._history.record(
                 change.name, "reconcile", detail=summary, generation=change.revision
             )
-        if change.new is not None and _needs_drain(change.new):
+        if _needs_drain(change.new):
             self._wake_lifecycle()
+
+    def _deleted(self, change: MetadataChange) -> None:
+        """Drop every per-stream state of a deleted stream (a stream of the
+        same name created later starts afresh)."""
+        logger.info("stream deleted", extra={"stream": change.name, "generation": change.revision})
+        self._history.forget(change.name)
+        self._registry.forget_stream(change.name)
+        if self._forget is not None:
+            self._forget(change.name)
 
     async def on_rejection(self, rejection: Rejection) -> None:
         self._metrics.rejected.labels(rejection.name).inc()
@@ -156,14 +195,24 @@ class Reconciler:
             clusters=changed,
             observed_ms=int(time.time() * 1000),
         )
-        waiting = {
-            a.agent_id for a in self._registry.subscribed() if a.applied_generation < generation
-        }
-        self._registry.broadcast(event)
+        subscribed = self._registry.subscribed()
+        waiting = {a.agent_id for a in subscribed if a.applied_generation < generation}
+        sent = self._registry.broadcast(Outgoing.of(event))
         for cd in changed:
             self._metrics.reconciles.labels(cd.stream).inc()
         if waiting:
-            self._pending[generation] = _Pending(seen, waiting)
+            self._pending[generation] = _Pending(seen, waiting, sent)
+            while len(self._pending) > MAX_PENDING:
+                del self._pending[min(self._pending)]  # its latency is never known
+
+    def sent(self, item: Outgoing) -> None:
+        """A subscription hands ``item`` to gRPC: the fan-out of a
+        generation ends with its last subscription."""
+        for gen in [g for g in self._pending if item.first <= g <= item.generation]:
+            pending = self._pending[gen]
+            pending.unsent -= 1
+            if pending.unsent == 0:
+                self.fanouts.append(time.monotonic() - pending.observed)
 
     def on_applied(self, agent: Agent) -> None:
         """An agent applied a generation (or went away): settle what it owed."""

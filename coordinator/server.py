@@ -35,7 +35,7 @@ from coordinator.metadata import MetadataStore
 from coordinator.metrics import Metrics
 from coordinator.planner_service import PlannerService
 from coordinator.probes import ProbeServer
-from coordinator.reader_service import ReaderService
+from coordinator.reader_service import ReaderService, add_reader_service
 from coordinator.rpc import DecodeInterceptor
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import NotLeaderError, UnavailableError
@@ -47,7 +47,6 @@ from multikafka_core.v1 import (
     planner_pb2,
     planner_pb2_grpc,
     reader_pb2,
-    reader_pb2_grpc,
 )
 
 logger = logging.getLogger(__name__)
@@ -262,9 +261,7 @@ class Coordinator:
         planner_pb2_grpc.add_PlannerServicer_to_server(
             PlannerService(self, readers_authenticated=readers_authenticated), server
         )
-        reader_pb2_grpc.add_ReaderServicer_to_server(
-            ReaderService(self, self.config.heartbeat_interval_s), server
-        )
+        add_reader_service(ReaderService(self, self.config.heartbeat_interval_s), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server

@@ -233,3 +233,65 @@ def test_add_remove_cycles_leave_nothing_behind(
     assert [k for k in agent.tracked() if k[0] == name] == [(name, "a")]
     names = {f"{s.stream}/{s.cluster}" for s in agent.stats()[1]}
     assert f"{name}/extra" not in names
+
+
+def _labelled(coordinator: CoordinatorThread, streams: set[str]) -> list[str]:
+    """Metric samples of the coordinator that are labelled with one of ``streams``."""
+    coord = coordinator.coordinator
+    assert coord is not None
+    return [
+        f"{s.name}{s.labels}"
+        for family in coord.metrics.registry.collect()
+        for s in family.samples
+        if s.labels.get("stream") in streams
+    ]
+
+
+def test_stream_put_delete_cycles_leave_no_state_behind(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    """20 times: a stream with a standby is put, an agent reads it (read
+    marks, holdings, per-cluster counters), it fails over, and is deleted.
+    Nothing of it stays in the coordinator: no metric series, history, read
+    marks, discovery client, or what the agent held of it."""
+    a, b = kafka.shared(2)
+    topic = uid("gone")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 1})
+        produce_sequence(c.bootstrap, topic, 1, c.name, range(5))
+    agent = _agent(agents, coordinator)
+    coord = coordinator.coordinator
+    assert coord is not None
+    names = {uid("gone") for _ in range(20)}
+    for name in sorted(names):
+        doc = stream_doc(
+            name,
+            {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])},
+            states={"b": "STANDBY"},
+        )
+        admin.put_stream(doc)
+        assert len(_read_all(agent, _tasks(coordinator, name))) >= 5
+        eventually(lambda n=name: coord.leading().marks.at_or_before(n, f"a/{topic}/0", 10))
+        eventually(lambda n=name: f"{n}/a" in coord.leading().registry.get(agent.agent_id).counted)  # type: ignore[union-attr]
+        admin.failover(name, "a", "b", strategy="identity")
+        assert _labelled(coordinator, {name})
+        assert coord.leading().history.entries(name)
+        assert admin.delete_stream(name)
+
+    def gone() -> bool:
+        d = coord.leading()
+        registered = d.registry.get(agent.agent_id)
+        assert registered is not None
+        return (
+            not _labelled(coordinator, names)
+            and not any(d.history.entries(n) for n in names)
+            and not any(d.marks.at_or_before(n, f"a/{topic}/0", 10) for n in names)
+            and not any(d.discovery.clients(n) for n in names)
+            and not names & set(registered.holdings)
+            and not any(k.split("/")[0] in names for k in registered.counted)
+        )
+
+    eventually(gone, timeout_s=10)

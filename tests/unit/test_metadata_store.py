@@ -73,3 +73,15 @@ async def test_history_is_written_in_the_background_and_again_after_etcd_returns
         assert [e["kind"] for e in json.loads(raw)] == ["fail"]
     finally:
         await history.stop()
+
+
+async def test_a_deleted_streams_status_leaves_nothing_behind(parts: Parts) -> None:
+    """The stream document goes first, then its status: the status must not
+    stay as an orphan waiting for a document (one entry per deleted stream)."""
+    for i in range(3):
+        await parts.put(stream_doc(f"s{i}", {"a": ("h:1", ["t"])}))
+        await parts.etcd.put(parts.store.status_prefix + f"s{i}", b"{}")
+        await parts.etcd.delete(parts.store.streams_prefix + f"s{i}")
+        await parts.etcd.delete(parts.store.status_prefix + f"s{i}")
+        await parts.store.wait_applied(parts.etcd.revision)
+    assert parts.store._orphan_status == {}

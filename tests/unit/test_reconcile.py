@@ -1,17 +1,24 @@
 """Reconciliation over the fakes (:mod:`coordinator.reconcile`): the events a
 metadata change pushes to subscribed agents (generation, per-cluster desired
-state, removals), snapshots, per-stream and per-cluster metrics, reconcile
-latency across agents (acknowledgement and expiry), invalid documents written
-to etcd directly, drain offsets captured for a cluster set DRAINING in the
-document, and :func:`describe`'s history texts."""
+state, removals; before partition discovery), snapshots, per-stream and
+per-cluster metrics, what a deleted stream leaves behind (nothing), reconcile
+latency and fan-out time across agents (acknowledgement and expiry), invalid
+documents written to etcd directly, drain offsets captured for a cluster set
+DRAINING in the document, and :func:`describe`'s history texts."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
+from coordinator import reconcile
+from coordinator.agent_registry import Mailbox
 from coordinator.metadata import MetadataChange
 from coordinator.reconcile import REMOVED, describe, desired_of
 from coordinator.stream_state import FailoverRecord, StreamStatus, StreamView
@@ -19,7 +26,7 @@ from multikafka.devstack.stack import stream_doc
 from multikafka_core.model import FailoverStrategy
 from multikafka_core.v1 import reader_pb2
 from multikafka_core.validation import parse_stream
-from tests.fakes import Parts
+from tests.fakes import FakeMetadataClient, Parts
 
 LATENCY_COUNT = "multikafka_reconcile_latency_seconds_count"
 
@@ -42,15 +49,14 @@ def desired(stream: str, cluster: str, fp: str, state: str) -> reader_pb2.Cluste
     return reader_pb2.ClusterDesired(stream=stream, cluster=cluster, fingerprint=fp, state=state)
 
 
-def pending(queue: asyncio.Queue[reader_pb2.ReconcileEvent | None]) -> list[Any]:
-    """Everything queued for an agent so far."""
-    out = []
-    while not queue.empty():
-        out.append(queue.get_nowait())
-    return out
+def pending(mailbox: Mailbox) -> list[reader_pb2.ReconcileEvent]:
+    """What an agent's subscription has yet to send (events it did not send
+    yet are merged into one), as the agent will decode it."""
+    item = mailbox.take()
+    return [] if item is None else [reader_pb2.ReconcileEvent.FromString(item.payload)]
 
 
-async def subscribed(parts: Parts, agent_id: str) -> asyncio.Queue[Any]:
+async def subscribed(parts: Parts, agent_id: str) -> Mailbox:
     await parts.registry.register(agent_id, "host", 1)
     return parts.registry.subscribe(agent_id)
 
@@ -102,6 +108,21 @@ async def test_a_snapshot_carries_every_cluster_of_every_stream(parts: Parts) ->
         "a": by_key["s", "a"],
         "b": by_key["s", "b"],
     }
+
+
+async def test_the_serialized_snapshot_follows_every_change(parts: Parts) -> None:
+    await parts.put(two_clusters())
+    first = parts.reconciler.snapshot_payload()
+    assert parts.reconciler.snapshot_payload() is first  # built once per generation
+    rev = await parts.put(stream_doc("u", {"x": ("h:3", ["v"])}))
+    snap = reader_pb2.ReconcileEvent.FromString(parts.reconciler.snapshot_payload())
+    assert snap.generation == rev
+    assert snap.snapshot
+    assert sorted((d.stream, d.cluster) for d in snap.clusters) == [
+        ("s", "a"),
+        ("s", "b"),
+        ("u", "x"),
+    ]
 
 
 async def test_a_connection_or_state_change_sends_only_that_cluster(parts: Parts) -> None:
@@ -189,6 +210,79 @@ async def test_deleting_a_stream_removes_every_cluster_and_its_generation_gauge(
     assert [(d.stream, d.cluster) for d in parts.reconciler.snapshot().clusters] == [("u", "x")]
 
 
+async def test_a_deleted_stream_leaves_no_state_behind(parts: Parts) -> None:
+    """Its event counter, history (in memory and in etcd), read marks, and
+    what agents were known to hold and to have counted of it all go; the
+    other stream's stay. Deleted here as an operator would, in etcd."""
+    parts.kafka.cluster("h:1").counts = {"t": 1}
+    await parts.put(two_clusters())
+    await parts.put(stream_doc("u", {"x": ("h:3", ["v"])}))
+    await subscribed(parts, "agent")
+    parts.registry.hold("agent", "s", {"a/t/0"})
+    parts.registry.hold("agent", "u", {"x/v/0"})
+    agent = parts.registry.get("agent")
+    assert agent is not None
+    agent.counted = {"s/a": (3, 0), "u/x": (4, 0)}
+    parts.marks.add("s", "a/t/0", 3, 1000)
+    parts.marks.add("u", "x/v/0", 4, 1000)
+    await parts.history.flush()
+    assert parts.sample("multikafka_reconcile_events_total", stream="s") == 2
+
+    rev = await parts.etcd.delete("/t/streams/s")
+    assert rev
+    await parts.store.wait_applied(parts.etcd.revision)
+    await parts.history.flush()
+    await parts.marks.flush()
+
+    assert parts.sample("multikafka_reconcile_events_total", stream="s") is None
+    assert parts.sample("multikafka_reconcile_events_total", stream="u") == 1
+    assert parts.history.entries("s") == []
+    assert parts.history.entries("u") != []
+    kvs, _ = await parts.etcd.get_prefix("/t/history/")
+    assert [kv.key for kv in kvs] == ["/t/history/u"]
+    assert parts.marks.at_or_before("s", "a/t/0", 10) is None
+    assert parts.marks.at_or_before("u", "x/v/0", 10) == (4, 1000)
+    assert set(agent.holdings) == {"u"}
+    assert agent.held("u") == ["x/v/0"]
+    assert agent.counted == {"u/x": (4, 0)}
+
+
+async def test_agents_get_the_event_without_waiting_for_partition_discovery(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agents need nothing discovery finds: the event is on its way while
+    the cluster's partition counts are still being asked for."""
+    await parts.put(two_clusters())
+    mailbox = await subscribed(parts, "agent")
+    release = threading.Event()
+    asked = threading.Event()
+    counts = FakeMetadataClient.partition_counts
+
+    def slow_counts(
+        self: FakeMetadataClient, topics: Sequence[str], timeout_s: float
+    ) -> dict[str, int]:
+        asked.set()
+        release.wait(10)
+        return counts(self, topics, timeout_s)
+
+    monkeypatch.setattr(FakeMetadataClient, "partition_counts", slow_counts)
+    doc = two_clusters()
+    doc["clusters"]["a"]["bootstrap_servers"] = "h:7"
+    write = asyncio.ensure_future(parts.put(doc))
+    try:
+        for _ in range(500):
+            if asked.is_set():
+                break
+            await asyncio.sleep(0.01)
+        assert asked.is_set()
+        [event] = pending(mailbox)
+        assert list(event.clusters) == [desired("s", "a", fingerprint(doc, "a"), "ACTIVE")]
+    finally:
+        release.set()
+        rev = await write
+    assert event.generation == rev
+
+
 # -- latency ---------------------------------------------------------------------
 
 
@@ -214,6 +308,34 @@ async def test_latency_is_recorded_once_every_subscribed_agent_applied_the_gener
     assert parts.sample(LATENCY_COUNT) == 1  # settled once
 
 
+async def test_an_agent_that_never_applies_does_not_make_the_reconciler_grow(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reconcile, "MAX_PENDING", 3)
+    await subscribed(parts, "stuck")
+    doc = two_clusters()
+    revs = []
+    for i in range(6):
+        doc["clusters"]["a"]["topics"] = [f"t{i}"]
+        revs.append(await parts.put(doc))
+    assert sorted(parts.reconciler._pending) == revs[-3:]
+
+
+async def test_fan_out_time_is_recorded_once_every_subscription_sent_the_event(
+    parts: Parts,
+) -> None:
+    one = await subscribed(parts, "one")
+    two = await subscribed(parts, "two")
+    await parts.put(two_clusters())
+    first, second = one.take(), two.take()
+    assert first is not None
+    assert second is not None
+    parts.reconciler.sent(first)
+    assert list(parts.reconciler.fanouts) == []
+    parts.reconciler.sent(second)
+    assert len(parts.reconciler.fanouts) == 1
+
+
 async def test_an_agent_that_expires_settles_what_it_owed(parts: Parts) -> None:
     await subscribed(parts, "alive")
     await subscribed(parts, "gone")
@@ -230,6 +352,9 @@ async def test_an_agent_that_expires_settles_what_it_owed(parts: Parts) -> None:
     assert parts.registry.get("gone") is None
     assert parts.sample(LATENCY_COUNT) == 1
     assert len(parts.reconciler.latencies) == 1
+    assert parts.reconciler._pending == {}  # nothing waits for it any more
+    kvs, _ = await parts.etcd.get_prefix("/t/readers/")
+    assert [kv.key for kv in kvs] == ["/t/readers/alive"]
 
 
 # -- documents written to etcd directly -----------------------------------------------
