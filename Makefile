@@ -53,7 +53,10 @@ integration: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.read_rate
+	$(PY) -m benchmarks.latency
+	$(PY) -m benchmarks.splits_scale
 	$(PY) -m benchmarks.reconcile_latency
+	$(PY) -m benchmarks.leaks
 	$(PY) -m benchmarks.failover_gap
 	$(PY) -m benchmarks.takeover
 
