@@ -395,12 +395,17 @@ class KafkaRangeReader:
         if not keys:
             return
         try:
+            # librdkafka keeps a partition's pause across unassign and assign:
+            # a paused partition assigned again later would never be fetched.
+            self._consumer.resume([TopicPartition(*k) for k in keys])
             self._consumer.incremental_unassign([TopicPartition(*k) for k in keys])
         except KafkaException as exc:
             logger.warning(
                 "unassign failed; starting over",
                 extra={"cluster": self.connection.cluster, "error": str(exc)},
             )
+            with contextlib.suppress(KafkaException):
+                self._consumer.resume([TopicPartition(*k) for k in self._next])
             self._consumer.unassign()
             keys = list(self._next)
         for k in keys:
@@ -500,7 +505,10 @@ class KafkaRangeReader:
     ) -> None:
         """No record for a while. If a partition now ends before the range does
         (and everything up to its end was read), it was truncated or recreated:
-        data loss. Otherwise keep waiting (the cluster may be slow or away)."""
+        data loss. If it has records past where the reader stands, the
+        consumer is not fetching them (kept state went wrong): assign the
+        partition again there. Otherwise keep waiting (the cluster may be slow
+        or away)."""
         for key, r in list(pending.items()):
             tp = TopicPartition(r.topic, r.partition)
             try:
@@ -518,6 +526,17 @@ class KafkaRangeReader:
                 )
                 continue
             pos = self._position(r)
+            at = self._next.get(key, r.start)
+            if at < high:
+                logger.warning(
+                    "no records for a while although the partition has them; assigning it again",
+                    extra={"cluster": self.connection.cluster, "split": f"{r.topic}/{r.partition}"},
+                )
+                self._forget([key])
+                self._consumer.incremental_assign([TopicPartition(*key, at)])
+                self._next[key] = at
+                self._unused[key] = 0
+                continue
             if high >= r.until or pos < high:
                 continue
             self._data_loss(r, pos, r.until, f"the partition now ends at {high}", fail_on_data_loss)

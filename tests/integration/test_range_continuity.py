@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
@@ -150,3 +151,23 @@ def test_partitions_unused_for_a_while_are_unassigned(
         _read(reader, [R(topic, 0, start, start + 10)])
     assignment = {(tp.topic, tp.partition) for tp in reader._consumer.assignment()}
     assert assignment == {(topic, 0)}
+    # Assigned again later, it is fetched (librdkafka kept its pause across
+    # the unassign: this read waited forever before).
+    rows, outcome = _read(reader, [R(topic, 1, 50, 60)], within_s=5.0)
+    assert outcome.abandoned == []
+    assert rows == _expected([R(topic, 1, 50, 60)])
+
+
+def test_a_consumer_that_stopped_fetching_is_assigned_again(
+    shared_reader: tuple[KafkaRangeReader, str],
+) -> None:
+    """Should the reader's kept state ever disagree with the consumer (here:
+    the partition paused behind its back), a range does not wait forever:
+    after the stall check finds records past where it stands, the partition
+    is assigned again."""
+    reader, topic = shared_reader
+    _read(reader, [R(topic, 0, 0, 10)])
+    reader._consumer.pause([TopicPartition(topic, 0)])
+    rows, outcome = _read(reader, [R(topic, 0, 10, 20)], within_s=8.0)
+    assert outcome.abandoned == []
+    assert rows == _expected([R(topic, 0, 10, 20)])
