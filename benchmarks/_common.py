@@ -13,7 +13,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,12 @@ def summary(values: Sequence[float]) -> dict[str, float]:
         "min": min(values),
         "max": max(values),
     }
+
+
+def median_range(s: Mapping[str, float], fmt: str = "{:.1f}") -> str:
+    """``median [min-max]`` of a :func:`summary`, for a rich table (the
+    bracket escaped, so rich does not read it as markup)."""
+    return f"{fmt.format(s['median'])} \\[{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
 
 
 def percentile(values: Sequence[float], q: float) -> float:

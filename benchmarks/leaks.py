@@ -57,6 +57,7 @@ from benchmarks._common import (
     console,
     finish,
     machine,
+    median_range,
     progress_bar,
     quiet_logs,
     summary,
@@ -562,10 +563,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _mm(s: dict[str, float], fmt: str = "{:.1f}") -> str:
-    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
-
-
 def print_summary(result: dict[str, Any]) -> None:
     s = result["summary"]
     table = Table(title="baseline vs end, median \\[min-max] over rounds (verdict: within 5 %)")
@@ -577,9 +574,9 @@ def print_summary(result: dict[str, Any]) -> None:
             table.add_row(
                 proc,
                 res,
-                _mm(row["baseline"]),
-                _mm(row["end"]),
-                _mm(row["ratio"], "{:.3f}"),
+                median_range(row["baseline"]),
+                median_range(row["end"]),
+                median_range(row["ratio"], "{:.3f}"),
                 f"ok {row['ok_rounds']}/{row['rounds']}",
             )
     console.print(table)
@@ -604,15 +601,15 @@ def print_summary(result: dict[str, Any]) -> None:
         cpu.add_row(
             name,
             str(c["cycles"]),
-            _mm(c["coordinator_ms_per_cycle"], "{:.2f}"),
-            _mm(c["agent_ms_per_cycle"], "{:.2f}"),
-            _mm(c["wall_ms_per_cycle"]),
+            median_range(c["coordinator_ms_per_cycle"], "{:.2f}"),
+            median_range(c["agent_ms_per_cycle"], "{:.2f}"),
+            median_range(c["wall_ms_per_cycle"]),
         )
     console.print(cpu)
     for proc in ("agent", "coordinator"):
         console.print(
-            f"{proc}: at the end gc.collect() freed {_mm(s[proc]['end_rss_freed_by_gc_mib'])} MiB "
-            f"of RSS and malloc_trim(0) {_mm(s[proc]['end_rss_freed_by_trim_mib'])} MiB more"
+            f"{proc}: at the end gc.collect() freed {median_range(s[proc]['end_rss_freed_by_gc_mib'])} MiB "
+            f"of RSS and malloc_trim(0) {median_range(s[proc]['end_rss_freed_by_trim_mib'])} MiB more"
         )
     console.print(
         "[bold]" + ("no leak: every resource back within 5 %" if s["ok"] else "LEAK: see (!)")

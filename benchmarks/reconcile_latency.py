@@ -90,6 +90,7 @@ from benchmarks._common import (
     console,
     finish,
     machine,
+    median_range,
     percentile,
     progress_bar,
     quiet_logs,
@@ -897,10 +898,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _mm(s: dict[str, float], fmt: str = "{:.1f}") -> str:
-    return f"{fmt.format(s['median'])} [{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
-
-
 def print_summary(result: dict[str, Any]) -> None:
     latency = Table(title="reconcile latency (ms), median \\[min-max] over rounds")
     for col in (
@@ -942,13 +939,13 @@ def print_summary(result: dict[str, Any]) -> None:
                     layout,
                     n,
                     mode,
-                    _mm(s["e2e"]["p50_ms"]),
-                    _mm(s["e2e"]["p99_ms"]),
-                    _mm(s["first_agent"]["p50_ms"]),
-                    _mm(s["coordinator"]["p50_ms"]),
-                    _mm(s["fanout"]["p50_ms"]),
-                    _mm(s["watch"]["p50_ms"], "{:.2f}"),
-                    _mm(s["write_call"]["p50_ms"]),
+                    median_range(s["e2e"]["p50_ms"]),
+                    median_range(s["e2e"]["p99_ms"]),
+                    median_range(s["first_agent"]["p50_ms"]),
+                    median_range(s["coordinator"]["p50_ms"]),
+                    median_range(s["fanout"]["p50_ms"]),
+                    median_range(s["watch"]["p50_ms"], "{:.2f}"),
+                    median_range(s["write_call"]["p50_ms"]),
                     f"{s['e2e_over_watch_p50']['median']:.1f}x",
                 )
                 one = layout == "one"
@@ -956,13 +953,15 @@ def print_summary(result: dict[str, Any]) -> None:
                     layout,
                     n,
                     mode,
-                    "-" if one else _mm(c["coordinator_ms_per_change"]),
-                    "-" if one else _mm(c["coordinator_net_ms_per_change"]),
-                    "-" if one else _mm(c["coordinator_net_us_per_agent_change"], "{:.0f}"),
-                    _mm(c["loop_ms_per_change"]),
-                    _mm(c["loop_net_us_per_agent_change"], "{:.0f}"),
-                    "-" if one else _mm(c["agents_us_per_agent_change"], "{:.0f}"),
-                    "-" if one else _mm(c["agents_net_us_per_agent_change"], "{:.0f}"),
+                    "-" if one else median_range(c["coordinator_ms_per_change"]),
+                    "-" if one else median_range(c["coordinator_net_ms_per_change"]),
+                    "-"
+                    if one
+                    else median_range(c["coordinator_net_us_per_agent_change"], "{:.0f}"),
+                    median_range(c["loop_ms_per_change"]),
+                    median_range(c["loop_net_us_per_agent_change"], "{:.0f}"),
+                    "-" if one else median_range(c["agents_us_per_agent_change"], "{:.0f}"),
+                    "-" if one else median_range(c["agents_net_us_per_agent_change"], "{:.0f}"),
                 )
     console.print(latency)
     console.print(cpu)

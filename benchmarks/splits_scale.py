@@ -63,6 +63,7 @@ from benchmarks._common import (
     console,
     finish,
     machine,
+    median_range,
     progress_bar,
     quiet_logs,
     summary,
@@ -601,10 +602,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _cell(s: Mapping[str, float], fmt: str = "{:.1f}") -> str:
-    return f"{fmt.format(s['median'])} \\[{fmt.format(s['min'])}-{fmt.format(s['max'])}]"
-
-
 def print_summary(result: dict[str, Any]) -> None:
     table = Table(title="per call: coordinator CPU ms | client ms, median [min-max]")
     for col in ("splits", "call", "coordinator CPU ms", "client ms", "client / ping"):
@@ -616,9 +613,9 @@ def print_summary(result: dict[str, Any]) -> None:
             table.add_row(
                 label,
                 call,
-                _cell(c["coordinator_cpu_ms"]),
-                _cell(c["client_ms"]),
-                _cell(c["client_over_ping"], "{:.0f}"),
+                median_range(c["coordinator_cpu_ms"]),
+                median_range(c["client_ms"]),
+                median_range(c["client_over_ping"], "{:.0f}"),
             )
     console.print(table)
     other = Table(title="per size")
@@ -640,7 +637,7 @@ def print_summary(result: dict[str, Any]) -> None:
     for size in result["sizes"] + result.get("real", []):
         driver.add_row(
             f"{size['splits']:,}",
-            *(_cell(v) for v in size["offset_json_driver_ms"].values()),
+            *(median_range(v) for v in size["offset_json_driver_ms"].values()),
         )
     console.print(driver)
 
