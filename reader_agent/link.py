@@ -77,12 +77,9 @@ class CoordinatorLink:
         """Send a heartbeat now (after applying an event)."""
         self._beat.set()
 
-    def report(
-        self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0
-    ) -> grpc.Future[reader_pb2.ReportReadsResponse]:
+    def report(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
         """Send ``request`` without waiting for the answer: a task's end (and
-        so the micro-batch) never waits on the coordinator. Returns the call's
-        future."""
+        so the micro-batch) never waits on the coordinator."""
         request.agent_id = self.agent_id
         address, stub = self._stub()
         call = stub.ReportReads.future(request, metadata=self._metadata(), timeout=timeout_s)
@@ -100,7 +97,6 @@ class CoordinatorLink:
             )
 
         call.add_done_callback(done)
-        return call
 
     def _register(self, stub: reader_pb2_grpc.ReaderStub) -> None:
         stub.Register(

@@ -231,15 +231,10 @@ class KafkaRangeReader:
         stall_check_s: float = 10.0,
         watermark_timeout_s: float = 5.0,
         idle_reads: int = 8,
-        stats_cb: Callable[[str], None] | None = None,
     ) -> None:
         self.connection = connection
-        config: dict[str, Any] = client_config(
-            connection, {**_READER_DEFAULTS, "client.id": client_id}
-        )
+        config = client_config(connection, {**_READER_DEFAULTS, "client.id": client_id})
         config.setdefault("group.id", READER_GROUP_ID)
-        if stats_cb is not None:
-            config["stats_cb"] = stats_cb
         self._consumer = Consumer(config, logger=rdkafka_logger)
         self._batch_size = batch_size
         self._poll_timeout_s = poll_timeout_s
@@ -369,15 +364,12 @@ class KafkaRangeReader:
             consumer.resume([TopicPartition(*k) for k in resume])
             self._paused.difference_update(resume)
         for key in pending:
-            if key in new:
-                pass
-            elif key in resume or self._next[key] != nxt[key]:
+            moved = key not in new and self._next[key] != nxt[key]
+            if moved or key in resume:
                 # After a pause librdkafka fetches again from where the
                 # application stands; seek makes that position explicit.
                 self._seek(key, nxt[key])
-                if self._next[key] != nxt[key]:
-                    self.positioned += 1
-                    self._leftover.pop(key, None)
+            self.positioned += moved
             self._next[key] = nxt[key]
             self._unused[key] = 0
 
