@@ -64,6 +64,19 @@ class Pieces(NamedTuple):
         """How many pieces each task holds."""
         return np.bincount(self.task) if len(self.task) else self.task
 
+    def by_task(self) -> list[list[tuple[int, int, int]]]:
+        """``(which, start, until)`` of each piece, per task."""
+        tasks: list[list[tuple[int, int, int]]] = [[] for _ in range(len(self.task_sizes()))]
+        for i, a, b, t in zip(
+            self.which.tolist(),
+            self.start.tolist(),
+            self.until.tolist(),
+            self.task.tolist(),
+            strict=True,
+        ):
+            tasks[t].append((i, a, b))
+        return tasks
+
 
 def group(sizes: I64, *, tasks: int, max_records: int) -> I64:
     """The task of each piece when ``sizes`` (in tape order) go into about
@@ -155,16 +168,7 @@ def plan_tasks(
         max_records=max_records,
         parallelism=parallelism,
     )
-    tasks: list[list[Range]] = [[] for _ in range(len(pieces.task_sizes()))]
-    for i, s, u, t in zip(
-        pieces.which.tolist(),
-        pieces.start.tolist(),
-        pieces.until.tolist(),
-        pieces.task.tolist(),
-        strict=True,
-    ):
-        tasks[t].append(Range(tape[i].split, s, u))
-    return tasks
+    return [[Range(tape[i].split, a, b) for i, a, b in task] for task in pieces.by_task()]
 
 
 def _merge(ranges: list[Range]) -> list[Range]:

@@ -232,15 +232,10 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         clusters = [self._connection(view, cid) for cid in read.clusters()]
         if not columnar:
             ids = read.ids()
-            tasks = [planner_pb2.TaskPlan() for _ in range(len(pieces.task_sizes()))]
-            for i, a, b, t in zip(
-                pieces.which.tolist(),
-                pieces.start.tolist(),
-                pieces.until.tolist(),
-                pieces.task.tolist(),
-                strict=True,
-            ):
-                tasks[t].ranges.append(_range_pb(Range(ids[i], a, b)))
+            tasks = [
+                planner_pb2.TaskPlan(ranges=[_range_pb(Range(ids[i], a, b)) for i, a, b in task])
+                for task in pieces.by_task()
+            ]
             return planner_pb2.PlanPartitionsResponse(
                 tasks=tasks, clusters=clusters, generation=view.generation
             )
