@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from coordinator.etcd import MALFORMED, EtcdClient
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
+from multikafka_core.recent import Recent
 from multikafka_core.v1 import reader_pb2
 
 logger = logging.getLogger(__name__)
@@ -127,26 +128,22 @@ class Agent:
     applied_generation: int = 0
     #: Stats the agent last pushed, per "stream/cluster".
     sub_readers: dict[str, reader_pb2.SubReaderStats] = field(default_factory=dict)
-    #: stream -> split id -> when the agent last reported reading it
-    #: (``time.monotonic``): a micro-batch's tasks each report some.
-    holdings: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: stream -> split ids the agent reported reading lately (a
+    #: micro-batch's tasks each report some).
+    holdings: dict[str, Recent] = field(default_factory=dict)
     #: "stream/cluster" -> (records read, restarts) the metrics already count.
     counted: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: Events for its subscription (None while it has none).
     queue: Mailbox | None = None
 
-    def held(self, stream: str, window_s: float = HOLDING_S) -> list[str]:
+    def held(self, stream: str) -> list[str]:
         """Splits of ``stream`` the agent reported reading in the last
-        ``window_s`` seconds (older reports are dropped)."""
-        splits = self.holdings.get(stream)
-        if not splits:
-            return []
-        horizon = time.monotonic() - window_s
-        for split in [s for s, t in splits.items() if t < horizon]:
-            del splits[split]
-        if not splits:
+        :data:`HOLDING_S` seconds."""
+        recent = self.holdings.get(stream)
+        splits = recent.names() if recent is not None else []
+        if recent is not None and not splits:
             del self.holdings[stream]
-        return sorted(splits)
+        return splits
 
 
 class AgentRegistry:
@@ -243,8 +240,7 @@ class AgentRegistry:
     def hold(self, agent_id: str, stream: str, splits: set[str]) -> None:
         agent = self._agents.get(agent_id)
         if agent is not None:
-            now = time.monotonic()
-            agent.holdings.setdefault(stream, {}).update((split, now) for split in splits)
+            agent.holdings.setdefault(stream, Recent(HOLDING_S)).touch(splits)
 
     def forget_stream(self, stream: str) -> None:
         """Drop what agents are known to hold of a deleted stream."""

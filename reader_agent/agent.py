@@ -113,8 +113,7 @@ class ReaderAgent:
                 if stats is not None:
                     stats.records_read += outcome.records
                     stats.abandoned_ranges += len(outcome.abandoned)
-                    now = time.monotonic()
-                    stats.read_at.update((r.split, now) for r in ranges)
+                    stats.splits.touch(r.split for r in ranges)
             for (topic, partition), (offset, ts) in outcome.last.items():
                 report.marks.add(
                     split=f"{cluster}/{topic}/{partition}", last_offset=offset, last_timestamp_ms=ts
@@ -220,7 +219,7 @@ class ReaderAgent:
                     records_read=st.records_read,
                     restarts=st.restarts,
                     abandoned_ranges=st.abandoned_ranges,
-                    splits=st.recent(),
+                    splits=st.splits.names(),
                 )
                 for (s, c), st in sorted(self._stats.items())
             ]

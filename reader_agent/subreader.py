@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from multikafka_core.model import Connection
 from multikafka_core.providers import RangeReader
 from multikafka_core.providers.kafka import KafkaRangeReader
+from multikafka_core.recent import Recent
 
 logger = logging.getLogger(__name__)
 
@@ -37,16 +38,8 @@ class SubReaderStats:
     records_read: int = 0
     restarts: int = 0
     abandoned_ranges: int = 0
-    #: split -> when it was last read (``time.monotonic``).
-    read_at: dict[str, float] = field(default_factory=dict)
-
-    def recent(self, window_s: float = RECENT_S) -> list[str]:
-        """Splits read in the last ``window_s`` seconds (older ones are
-        dropped): a micro-batch's tasks each hold some of them."""
-        horizon = time.monotonic() - window_s
-        for split in [s for s, t in self.read_at.items() if t < horizon]:
-            del self.read_at[split]
-        return sorted(self.read_at)
+    #: Splits read lately: a micro-batch's tasks each hold some of them.
+    splits: Recent = field(default_factory=lambda: Recent(RECENT_S))
 
 
 class SubReader:
