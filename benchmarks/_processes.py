@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from multikafka.devstack.processes import CoordinatorThread
@@ -375,19 +375,18 @@ def profile_top(stats: Any, top: int) -> list[dict[str, Any]]:
     return rows[:top]
 
 
-class CoordinatorProcess:
-    """A coordinator in a process of its own (:func:`coordinator_main`)."""
+R = TypeVar("R", bound="Remote")
 
-    def __init__(self, etcd_url: str, **config: Any) -> None:
-        self.child = Child("coordinator", coordinator_main, etcd_url, config)
 
-    def start(self) -> CoordinatorProcess:
+class Remote:
+    """What the benchmark holds of a :class:`Child`: start it, ask it, stop it."""
+
+    def __init__(self, child: Child) -> None:
+        self.child = child
+
+    def start(self: R) -> R:
         self.child.start()
         return self
-
-    @property
-    def address(self) -> str:
-        return str(self.child.info["address"])
 
     @property
     def pid(self) -> int:
@@ -398,6 +397,17 @@ class CoordinatorProcess:
 
     def stop(self) -> None:
         self.child.stop()
+
+
+class CoordinatorProcess(Remote):
+    """A coordinator in a process of its own (:func:`coordinator_main`)."""
+
+    def __init__(self, etcd_url: str, **config: Any) -> None:
+        super().__init__(Child("coordinator", coordinator_main, etcd_url, config))
+
+    @property
+    def address(self) -> str:
+        return str(self.child.info["address"])
 
 
 # -- reader agents ---------------------------------------------------------------------
@@ -568,23 +578,9 @@ def agents_main(conn: Connection, notify: Connection, own: bool, nice: int = 0) 
         close()
 
 
-class AgentsProcess:
+class AgentsProcess(Remote):
     """A worker process of reader agents (:func:`agents_main`)."""
 
     def __init__(self, name: str, *, own_connections: bool = True, nice: int = 0) -> None:
-        self.child = Child(name, agents_main, own_connections, nice)
+        super().__init__(Child(name, agents_main, own_connections, nice))
         self.ids: list[str] = []
-
-    def start(self) -> AgentsProcess:
-        self.child.start()
-        return self
-
-    @property
-    def pid(self) -> int:
-        return int(self.child.info["pid"])
-
-    def call(self, command: str, *args: Any, timeout_s: float = 300.0) -> Any:
-        return self.child.call(command, *args, timeout_s=timeout_s)
-
-    def stop(self) -> None:
-        self.child.stop()
