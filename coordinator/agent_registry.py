@@ -205,11 +205,22 @@ class AgentRegistry:
             # if it comes back: forget what the metrics counted of them.
             for key in [k for k in agent.counted if k not in agent.sub_readers]:
                 del agent.counted[key]
+        self._applied(agent, applied)
+        return agent
+
+    def acknowledge(self, agent_id: str, applied: int) -> Agent | None:
+        """``agent_id`` applied generation ``applied`` (liveness stays with
+        heartbeats); None if it is not registered."""
+        agent = self._agents.get(agent_id)
+        if agent is not None:
+            self._applied(agent, applied)
+        return agent
+
+    def _applied(self, agent: Agent, applied: int) -> None:
         if applied > agent.applied_generation:
             agent.applied_generation = applied
             for listener in self._applied_listeners:
                 listener(agent)
-        return agent
 
     def subscribe(self, agent_id: str) -> Mailbox:
         agent = self._agents[agent_id]

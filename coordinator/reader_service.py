@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from coordinator.rpc import streaming, unary
+from coordinator.rpc import safe_deserializer, streaming, unary
 from multikafka_core.exceptions import NotFoundError, ValidationError, shown
 from multikafka_core.model import SplitId
 from multikafka_core.v1 import reader_pb2, reader_pb2_grpc
@@ -91,6 +91,29 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         return reader_pb2.HeartbeatResponse(known=True, generation=d.reconciler.generation)
 
     @unary
+    async def Acknowledge(
+        self, requests: AsyncIterator[reader_pb2.AckRequest], context: Ctx
+    ) -> reader_pb2.AckResponse:
+        """One agent's acknowledgements, one message per applied event, for
+        as long as the agent keeps the call open."""
+        self._c.leading()
+        agent_id = ""
+        async for ack in requests:
+            d = self._c.leading()  # a deposed replica ends the call: the agent moves
+            if not isinstance(ack, reader_pb2.AckRequest):
+                raise ValidationError("request", "an acknowledgement that does not decode")
+            if not agent_id:
+                agent_id = validate_id(ack.agent_id, "agent_id", required=True)
+            elif ack.agent_id != agent_id:
+                raise ValidationError(
+                    "agent_id",
+                    f"a call acknowledges for one agent ({shown(agent_id)}), "
+                    f"not also for {shown(ack.agent_id)}",
+                )
+            d.registry.acknowledge(agent_id, ack.applied_generation)
+        return reader_pb2.AckResponse()
+
+    @unary
     async def ReportReads(
         self, request: reader_pb2.ReportReadsRequest, context: Ctx
     ) -> reader_pb2.ReportReadsResponse:
@@ -150,6 +173,11 @@ def method_handlers(service: ReaderService) -> dict[str, grpc.RpcMethodHandler[A
             service.Heartbeat,
             request_deserializer=reader_pb2.HeartbeatRequest.FromString,
             response_serializer=reader_pb2.HeartbeatResponse.SerializeToString,
+        ),
+        "Acknowledge": grpc.stream_unary_rpc_method_handler(
+            service.Acknowledge,
+            request_deserializer=safe_deserializer(reader_pb2.AckRequest.FromString),
+            response_serializer=reader_pb2.AckResponse.SerializeToString,
         ),
         "ReportReads": grpc.unary_unary_rpc_method_handler(
             service.ReportReads,

@@ -58,13 +58,18 @@ def handler_like(
     request_deserializer: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     """A handler of ``handler``'s kind running ``stream`` (server-streaming)
-    or ``unary`` (otherwise), with its serializers; ``request_deserializer``
+    or ``unary`` (otherwise; for a client-streaming method it gets the
+    request iterator), with its serializers; ``request_deserializer``
     replaces its deserializer."""
     deserializer = request_deserializer or (handler.request_deserializer if handler else None)
     serializer = handler.response_serializer if handler else None
     if handler is not None and handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(
             stream, request_deserializer=deserializer, response_serializer=serializer
+        )
+    if handler is not None and handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(
+            unary, request_deserializer=deserializer, response_serializer=serializer
         )
     return grpc.unary_unary_rpc_method_handler(
         unary, request_deserializer=deserializer, response_serializer=serializer
@@ -80,7 +85,9 @@ class _Undecodable:
         self.error = error
 
 
-def _safe(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+def safe_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserialize`` answering bytes that do not decode with a marker
+    instead of raising (the method refuses the marker)."""
     if deserialize is None:
         return None
 
@@ -135,7 +142,10 @@ class DecodeInterceptor(grpc.aio.ServerInterceptor):
                 yield item
 
         return handler_like(
-            handler, unary, stream, request_deserializer=_safe(handler.request_deserializer)
+            handler,
+            unary,
+            stream,
+            request_deserializer=safe_deserializer(handler.request_deserializer),
         )
 
 

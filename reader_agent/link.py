@@ -1,9 +1,11 @@
 """The agent's connection to the coordinator's Reader service.
 
-Two background threads: one holds the Subscribe stream (registering and
+Three background threads: one holds the Subscribe stream (registering and
 subscribing again whenever it breaks, at the leader: a standby's answer names
-it), one sends heartbeats, and sends one at once after every applied event
-(the acknowledgement that ends a reconcile).
+it), one holds an Acknowledge call on which it sends the generation of every
+event it applied (the acknowledgement that ends a reconcile), and one sends
+heartbeats. A coordinator without Acknowledge (older) gets a heartbeat at
+once after every applied event instead.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -48,6 +50,12 @@ class CoordinatorLink:
         self._threads = BackgroundThreads(f"multikafka-link-{config.addresses[0]}")
         self._beat = threading.Event()
         self._stream: Any = None
+        #: Newest generation applied, and whether it still needs acknowledging.
+        self._applied = 0
+        self._ack = threading.Event()
+        #: False once the coordinator answered Acknowledge UNIMPLEMENTED.
+        self._ack_calls = True
+        self._ack_call: Any = None
         #: The replica the subscription follows (or last tried).
         self._following = ""
         self._registered = threading.Event()
@@ -55,13 +63,14 @@ class CoordinatorLink:
     def start(self) -> None:
         # When the coordinator ends the stream, subscribe again (resync).
         self._threads.run("subscribe", self._subscribe, restart_after_s=self._backoff.first_s)
+        self._threads.run("acknowledge", self._acknowledging, restart_after_s=self._backoff.first_s)
         self._threads.every("heartbeat", self._heartbeat_s, self._heartbeat, wake=self._beat)
 
     def close(self) -> None:
         self._threads.stopping.set()
-        stream = self._stream
-        if stream is not None:
-            stream.cancel()
+        for call in (self._stream, self._ack_call):
+            if call is not None:
+                call.cancel()
         self._threads.stop()
         self._coordinators.close()
 
@@ -73,9 +82,44 @@ class CoordinatorLink:
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return self._coordinators.metadata
 
-    def acknowledge(self) -> None:
-        """Send a heartbeat now (after applying an event)."""
-        self._beat.set()
+    def acknowledge(self, generation: int) -> None:
+        """Tell the coordinator ``generation`` is applied, now."""
+        self._applied = max(self._applied, generation)
+        (self._ack if self._ack_calls else self._beat).set()
+
+    def _acknowledging(self) -> None:
+        """Hold an Acknowledge call to the replica the subscription follows
+        (the next one after it breaks: ``run`` starts this again)."""
+        stopping = self._threads.stopping
+        if not self._ack_calls:
+            stopping.wait()  # heartbeats acknowledge
+            return
+        if not self._registered.wait(self._backoff.first_s):
+            return
+        address, stub = self._stub()
+        self._ack.set()  # what was applied before this call, in case it went nowhere
+        self._ack_call = stub.Acknowledge.future(self._acks(), metadata=self._metadata())
+        try:
+            self._ack_call.result()
+        except grpc.RpcError as exc:
+            if stopping.is_set():
+                return
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                logger.info("the coordinator has no Acknowledge; acknowledging by heartbeat")
+                self._ack_calls = False
+                self._beat.set()
+                return
+            logger.debug("acknowledgements to %s broke (%s)", address, exc.code())
+            self._coordinators.moved(exc, address)
+
+    def _acks(self) -> Iterator[reader_pb2.AckRequest]:
+        stopping = self._threads.stopping
+        while not stopping.is_set():
+            if self._ack.wait(1.0):
+                self._ack.clear()
+                yield reader_pb2.AckRequest(
+                    agent_id=self.agent_id, applied_generation=self._applied
+                )
 
     def report(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
         """Send ``request`` without waiting for the answer: a task's end (and
@@ -138,7 +182,7 @@ class CoordinatorLink:
         )
         for event in self._stream:
             self._on_event(event)
-            self.acknowledge()
+            self.acknowledge(event.generation)
 
     def _heartbeat(self) -> None:
         if not self._registered.is_set():

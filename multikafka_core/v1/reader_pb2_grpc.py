@@ -49,6 +49,11 @@ class ReaderStub:
                 request_serializer=multikafka_dot_v1_dot_reader__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=multikafka_dot_v1_dot_reader__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Acknowledge = channel.stream_unary(
+                '/multikafka.v1.Reader/Acknowledge',
+                request_serializer=multikafka_dot_v1_dot_reader__pb2.AckRequest.SerializeToString,
+                response_deserializer=multikafka_dot_v1_dot_reader__pb2.AckResponse.FromString,
+                _registered_method=True)
         self.ReportReads = channel.unary_unary(
                 '/multikafka.v1.Reader/ReportReads',
                 request_serializer=multikafka_dot_v1_dot_reader__pb2.ReportReadsRequest.SerializeToString,
@@ -79,6 +84,16 @@ class ReaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Acknowledge(self, request_iterator, context):
+        """Client streaming: an agent acknowledges every generation it applied on
+        one long-lived call (one small message per event, where a Heartbeat per
+        event costs a whole call). Agents fall back to heartbeats when the
+        coordinator does not implement it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReportReads(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -102,6 +117,11 @@ def add_ReaderServicer_to_server(servicer, server):
                     servicer.Heartbeat,
                     request_deserializer=multikafka_dot_v1_dot_reader__pb2.HeartbeatRequest.FromString,
                     response_serializer=multikafka_dot_v1_dot_reader__pb2.HeartbeatResponse.SerializeToString,
+            ),
+            'Acknowledge': grpc.stream_unary_rpc_method_handler(
+                    servicer.Acknowledge,
+                    request_deserializer=multikafka_dot_v1_dot_reader__pb2.AckRequest.FromString,
+                    response_serializer=multikafka_dot_v1_dot_reader__pb2.AckResponse.SerializeToString,
             ),
             'ReportReads': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportReads,
@@ -190,6 +210,33 @@ class Reader:
             '/multikafka.v1.Reader/Heartbeat',
             multikafka_dot_v1_dot_reader__pb2.HeartbeatRequest.SerializeToString,
             multikafka_dot_v1_dot_reader__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Acknowledge(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/multikafka.v1.Reader/Acknowledge',
+            multikafka_dot_v1_dot_reader__pb2.AckRequest.SerializeToString,
+            multikafka_dot_v1_dot_reader__pb2.AckResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,12 @@ class ReaderStub:
     change, each with a larger generation than the one before.
     """
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_reader_pb2.HeartbeatRequest, _reader_pb2.HeartbeatResponse]
+    Acknowledge: _grpc.StreamUnaryMultiCallable[_reader_pb2.AckRequest, _reader_pb2.AckResponse]
+    """Client streaming: an agent acknowledges every generation it applied on
+    one long-lived call (one small message per event, where a Heartbeat per
+    event costs a whole call). Agents fall back to heartbeats when the
+    coordinator does not implement it.
+    """
     ReportReads: _grpc.UnaryUnaryMultiCallable[_reader_pb2.ReportReadsRequest, _reader_pb2.ReportReadsResponse]
 
 @_typing.type_check_only
@@ -50,6 +56,12 @@ class ReaderAsyncStub(ReaderStub):
     change, each with a larger generation than the one before.
     """
     Heartbeat: _aio.UnaryUnaryMultiCallable[_reader_pb2.HeartbeatRequest, _reader_pb2.HeartbeatResponse]  # type: ignore[assignment]
+    Acknowledge: _aio.StreamUnaryMultiCallable[_reader_pb2.AckRequest, _reader_pb2.AckResponse]  # type: ignore[assignment]
+    """Client streaming: an agent acknowledges every generation it applied on
+    one long-lived call (one small message per event, where a Heartbeat per
+    event costs a whole call). Agents fall back to heartbeats when the
+    coordinator does not implement it.
+    """
     ReportReads: _aio.UnaryUnaryMultiCallable[_reader_pb2.ReportReadsRequest, _reader_pb2.ReportReadsResponse]  # type: ignore[assignment]
 
 class ReaderServicer(metaclass=_abc_1.ABCMeta):
@@ -76,6 +88,18 @@ class ReaderServicer(metaclass=_abc_1.ABCMeta):
         request: _reader_pb2.HeartbeatRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_reader_pb2.HeartbeatResponse, _abc.Awaitable[_reader_pb2.HeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Acknowledge(
+        self,
+        request_iterator: _MaybeAsyncIterator[_reader_pb2.AckRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_reader_pb2.AckResponse, _abc.Awaitable[_reader_pb2.AckResponse]]:
+        """Client streaming: an agent acknowledges every generation it applied on
+        one long-lived call (one small message per event, where a Heartbeat per
+        event costs a whole call). Agents fall back to heartbeats when the
+        coordinator does not implement it.
+        """
 
     @_abc_1.abstractmethod
     def ReportReads(

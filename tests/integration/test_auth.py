@@ -315,6 +315,12 @@ def test_planner_and_reader_services_need_the_reader_token(
         report = reader_pb2.ReportReadsRequest(agent_id="intruder", stream=name, query_id="q")
         report.marks.add(split=f"a/{topic}/0", last_offset=5, last_timestamp_ms=1)
         _raw_refused(lambda: stub.ReportReads(report, timeout=5), UNAUTHENTICATED)
+        ack = reader_pb2.AckRequest(agent_id="intruder", applied_generation=1)
+        _raw_refused(lambda: stub.Acknowledge(iter([ack]), timeout=5), UNAUTHENTICATED)
+        _raw_refused(
+            lambda: stub.Acknowledge(iter([ack]), metadata=bearer(secure.admin_token), timeout=5),
+            PERMISSION_DENIED,
+        )
         stub.Register(register, metadata=bearer(secure.reader_token), timeout=5)
     finally:
         channel.close()

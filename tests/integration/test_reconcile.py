@@ -9,6 +9,7 @@ import gc
 import os
 import threading
 
+import grpc
 import pytest
 from confluent_kafka import Consumer
 
@@ -16,7 +17,7 @@ from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
 from multikafka_core.admin_client import AdminClient
 from multikafka_core.planner_client import PlannerClient
-from multikafka_core.v1 import planner_pb2
+from multikafka_core.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from reader_agent import ReaderAgent, ReadTask
 from spark_bridge.partition import partitions_from_plan
 from tests.conftest import KafkaClusters
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.integration
 def _agent(
     agents: list[ReaderAgent], coordinator: CoordinatorThread, **kwargs: object
 ) -> ReaderAgent:
-    agent = ReaderAgent(heartbeat_interval_s=0.5, **kwargs)  # type: ignore[arg-type]
+    agent = ReaderAgent(**{"heartbeat_interval_s": 0.5, **kwargs})  # type: ignore[arg-type]
     agents.append(agent)
     agent.connect(coordinator.address)
     return agent
@@ -92,6 +93,71 @@ def test_agents_register_subscribe_and_apply_every_change(
     )
     assert all(readers[i].pid == os.getpid() for i in ids)
     assert len(coord.leading().reconciler.latencies) > measured_before
+
+
+def test_agents_acknowledge_on_their_acknowledge_call_not_by_heartbeat(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    """With heartbeats 60 s apart, every change is still acknowledged at once,
+    and no heartbeat came with it (one message on a held call, where a
+    heartbeat per event costs a whole call)."""
+    (a,) = kafka.shared(1)
+    pair = [_agent(agents, coordinator, heartbeat_interval_s=60.0) for _ in range(2)]
+    coord = coordinator.coordinator
+    assert coord is not None
+    registry = coord.leading().registry
+    eventually(lambda: all((r := registry.get(x.agent_id)) and r.queue for x in pair))
+    beats = {x.agent_id: registry.get(x.agent_id).last_heartbeat_ms for x in pair}  # type: ignore[union-attr]
+    name = uid("ack")
+    for topics in ([uid("t")], [uid("t"), uid("u")]):
+        info = admin.put_stream(stream_doc(name, {"a": (a.bootstrap, topics)}))
+        eventually(
+            lambda info=info: all(
+                registry.get(x.agent_id).applied_generation >= info.generation  # type: ignore[union-attr]
+                for x in pair
+            ),
+            timeout_s=20,
+        )
+    assert {x.agent_id: registry.get(x.agent_id).last_heartbeat_ms for x in pair} == beats  # type: ignore[union-attr]
+
+
+def test_acknowledge_refuses_bad_calls(coordinator: CoordinatorThread) -> None:
+    """INVALID_ARGUMENT for an empty agent id, a second agent on one call and
+    bytes that do not decode; acknowledgements of an agent nobody registered
+    change nothing."""
+    channel = grpc.insecure_channel(coordinator.address)
+    try:
+        stub = reader_pb2_grpc.ReaderStub(channel)
+        ack = reader_pb2.AckRequest
+
+        def code(requests: list[reader_pb2.AckRequest]) -> grpc.StatusCode:
+            try:
+                stub.Acknowledge(iter(requests), timeout=5)
+            except grpc.RpcError as exc:
+                return exc.code()
+            return grpc.StatusCode.OK
+
+        assert code([ack(agent_id="", applied_generation=1)]) == grpc.StatusCode.INVALID_ARGUMENT
+        two = [ack(agent_id="one", applied_generation=1), ack(agent_id="two", applied_generation=1)]
+        assert code(two) == grpc.StatusCode.INVALID_ARGUMENT
+        assert code([ack(agent_id="nobody", applied_generation=99)]) == grpc.StatusCode.OK
+        raw = channel.stream_unary(
+            "/multikafka.v1.Reader/Acknowledge",
+            request_serializer=lambda b: b,
+            response_deserializer=reader_pb2.AckResponse.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            raw(iter([b"\xff\xff\xff"]), timeout=5)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "does not decode" in (err.value.details() or "")
+    finally:
+        channel.close()
+    coord = coordinator.coordinator
+    assert coord is not None
+    assert coord.leading().registry.get("nobody") is None
 
 
 def test_only_the_changed_subreader_restarts(
