@@ -101,6 +101,8 @@ class CoordinatorLink:
         self._ack_call = stub.Acknowledge.future(self._acks(), metadata=self._metadata())
         try:
             self._ack_call.result()
+        except grpc.FutureCancelledError:
+            return  # closing
         except grpc.RpcError as exc:
             if stopping.is_set():
                 return

@@ -4,6 +4,7 @@ first). The link acknowledges by heartbeat then, at once after each event."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -19,11 +20,13 @@ from reader_agent.link import CoordinatorLink
 from tests.helpers import eventually
 
 
-class OlderReader(reader_pb2_grpc.ReaderServicer):
-    """Register, Subscribe (one event) and Heartbeat; no Acknowledge."""
+class FakeReader(reader_pb2_grpc.ReaderServicer):
+    """Register, Subscribe (two events), Heartbeat and, unless it plays an
+    older coordinator, Acknowledge."""
 
     def __init__(self) -> None:
         self.applied: list[int] = []
+        self.acked: list[int] = []
         self.second = threading.Event()
         self.done = threading.Event()
 
@@ -40,47 +43,61 @@ class OlderReader(reader_pb2_grpc.ReaderServicer):
         self.applied.append(request.applied_generation)
         return reader_pb2.HeartbeatResponse(known=True, generation=7)
 
+    def Acknowledge(self, requests: Any, context: Any) -> reader_pb2.AckResponse:
+        for ack in requests:
+            self.acked.append(ack.applied_generation)
+        return reader_pb2.AckResponse()
 
-@pytest.fixture
-def older() -> Iterator[tuple[OlderReader, str]]:
-    servicer = OlderReader()
+
+def _serve(with_ack: bool) -> Iterator[tuple[FakeReader, str]]:
+    servicer = FakeReader()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     handlers = {
-        name: handler
-        for name, handler in {
-            "Register": grpc.unary_unary_rpc_method_handler(
-                servicer.Register,
-                request_deserializer=reader_pb2.RegisterRequest.FromString,
-                response_serializer=reader_pb2.RegisterResponse.SerializeToString,
-            ),
-            "Subscribe": grpc.unary_stream_rpc_method_handler(
-                servicer.Subscribe,
-                request_deserializer=reader_pb2.SubscribeRequest.FromString,
-                response_serializer=reader_pb2.ReconcileEvent.SerializeToString,
-            ),
-            "Heartbeat": grpc.unary_unary_rpc_method_handler(
-                servicer.Heartbeat,
-                request_deserializer=reader_pb2.HeartbeatRequest.FromString,
-                response_serializer=reader_pb2.HeartbeatResponse.SerializeToString,
-            ),
-        }.items()
+        "Register": grpc.unary_unary_rpc_method_handler(
+            servicer.Register,
+            request_deserializer=reader_pb2.RegisterRequest.FromString,
+            response_serializer=reader_pb2.RegisterResponse.SerializeToString,
+        ),
+        "Subscribe": grpc.unary_stream_rpc_method_handler(
+            servicer.Subscribe,
+            request_deserializer=reader_pb2.SubscribeRequest.FromString,
+            response_serializer=reader_pb2.ReconcileEvent.SerializeToString,
+        ),
+        "Heartbeat": grpc.unary_unary_rpc_method_handler(
+            servicer.Heartbeat,
+            request_deserializer=reader_pb2.HeartbeatRequest.FromString,
+            response_serializer=reader_pb2.HeartbeatResponse.SerializeToString,
+        ),
     }
+    if with_ack:
+        handlers["Acknowledge"] = grpc.stream_unary_rpc_method_handler(
+            servicer.Acknowledge,
+            request_deserializer=reader_pb2.AckRequest.FromString,
+            response_serializer=reader_pb2.AckResponse.SerializeToString,
+        )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("multikafka.v1.Reader", handlers),)
     )
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield servicer, f"127.0.0.1:{port}"
+    servicer.second.set()
     servicer.done.set()
     server.stop(0)
 
 
-def test_without_acknowledge_the_link_acknowledges_by_heartbeat(
-    older: tuple[OlderReader, str],
-) -> None:
-    servicer, address = older
-    events: list[int] = []
-    link = CoordinatorLink(
+@pytest.fixture
+def older() -> Iterator[tuple[FakeReader, str]]:
+    yield from _serve(with_ack=False)
+
+
+@pytest.fixture
+def current() -> Iterator[tuple[FakeReader, str]]:
+    yield from _serve(with_ack=True)
+
+
+def _link(address: str, events: list[int]) -> CoordinatorLink:
+    return CoordinatorLink(
         ConnectConfig.parse(address),
         "agent-1",
         lambda event: events.append(event.generation),
@@ -88,6 +105,15 @@ def test_without_acknowledge_the_link_acknowledges_by_heartbeat(
         heartbeat_interval_s=60.0,
         retry_s=0.05,
     )
+
+
+def test_without_acknowledge_the_link_acknowledges_by_heartbeat(
+    older: tuple[FakeReader, str],
+) -> None:
+    """Falls back once, and acknowledges every event by an immediate heartbeat."""
+    servicer, address = older
+    events: list[int] = []
+    link = _link(address, events)
     link.start()
     try:
         # The first heartbeat is due in 60 s: these are acknowledgements.
@@ -100,3 +126,22 @@ def test_without_acknowledge_the_link_acknowledges_by_heartbeat(
         assert len(servicer.applied) <= 3, servicer.applied
     finally:
         link.close()
+
+
+def test_acknowledgements_go_on_the_held_call_and_close_quietly(
+    current: tuple[FakeReader, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each event is acknowledged on the Acknowledge call (no heartbeat is
+    due for 60 s); closing cancels that call, which is not an error."""
+    servicer, address = current
+    events: list[int] = []
+    link = _link(address, events)
+    link.start()
+    try:
+        eventually(lambda: 7 in servicer.acked, timeout_s=10)
+        servicer.second.set()
+        eventually(lambda: 8 in servicer.acked, timeout_s=10)
+    finally:
+        link.close()
+    assert servicer.applied == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
