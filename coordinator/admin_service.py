@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -43,13 +44,25 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     def _info(self, view: StreamView) -> admin_pb2.StreamInfo:
         duties = self._c.duties
+        # What the leader counts (a replica that led before keeps old values).
+        lag: dict[str, float] = {}
+        read: dict[str, float] = {}
+        planned: dict[str, float] = {}
+        if duties is not None:
+            lag = duties.metrics.per_cluster("lag", view.name)
+            read = duties.metrics.per_cluster("agent_records", view.name)
+            planned = duties.metrics.per_cluster("planned", view.name)
         clusters = []
         for cid, spec in sorted(view.spec.clusters.items()):
             cc = duties.discovery.client(view.name, cid) if duties is not None else None
+            since_ms = 0
             if cc is not None:
                 reachable = cc.health.reachable and cc.discovered
                 error = cc.health.error
                 partitions = sum(cc.partitions.values())
+                if cc.health.unreachable_since is not None:
+                    ago_s = time.monotonic() - cc.health.unreachable_since
+                    since_ms = int((time.time() - ago_s) * 1000)
             else:
                 reachable, partitions = False, 0
                 error = (
@@ -57,16 +70,20 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     if duties is not None
                     else f"unknown here: this replica is a standby (leader: {self._c.leader_address or 'none'})"
                 )
-            clusters.append(
-                admin_pb2.ClusterStatus(
-                    cluster=cid,
-                    state=spec.state.value,
-                    reachable=reachable,
-                    error=error,
-                    partitions=partitions,
-                    drain_offsets=view.status.drains.get(cid, {}),
-                )
+            status = admin_pb2.ClusterStatus(
+                cluster=cid,
+                state=spec.state.value,
+                reachable=reachable,
+                error=error,
+                partitions=partitions,
+                drain_offsets=view.status.drains.get(cid, {}),
+                unreachable_since_ms=since_ms,
+                records_read=int(read.get(cid, 0)),
+                records_planned=int(planned.get(cid, 0)),
             )
+            if cid in lag and spec.state.readable:  # (the gauge keeps its last value)
+                status.lag_records = int(lag[cid])
+            clusters.append(status)
         return admin_pb2.StreamInfo(
             name=view.name,
             document_json=view.spec.to_json(redact=True),

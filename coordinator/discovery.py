@@ -24,9 +24,9 @@ from coordinator.config import CoordinatorConfig
 from coordinator.stream_state import StreamView
 from multikafka_core.background import BackgroundTasks
 from multikafka_core.exceptions import UnavailableError
-from multikafka_core.model import ClusterSpec, Connection, SplitId
+from multikafka_core.model import ClusterSpec, ClusterState, Connection, SplitId
 from multikafka_core.offsets import Splits
-from multikafka_core.providers import MetadataClient, OffsetQuery
+from multikafka_core.providers import MetadataClient, OffsetQuery, ServesStreams
 from multikafka_core.providers.kafka import KafkaMetadataClient
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,23 @@ class Discovery:
                 shared = await self._acquire(spec.connection(cid))
                 cc = self._clients[(name, cid)] = ClusterClient(name, cid, spec, shared)
                 fresh.append(cc)
+        self._name_users()
         await asyncio.gather(*(self.discover(cc) for cc in fresh))
+
+    def _name_users(self) -> None:
+        """Tell every client that can log it which (stream, cluster) pairs it
+        serves, and whether its cluster is known to be down (FAILED for all
+        of them: librdkafka's connection failures are then expected)."""
+        users: dict[int, list[ClusterClient]] = {}
+        for cc in self._clients.values():
+            users.setdefault(id(cc.shared), []).append(cc)
+        for shared in self._shared.values():
+            mine = users.get(id(shared), [])
+            if mine and isinstance(shared.client, ServesStreams):
+                shared.client.set_log_context(
+                    [(cc.stream, cc.cluster) for cc in mine],
+                    expected_down=all(cc.spec.state is ClusterState.FAILED for cc in mine),
+                )
 
     async def _acquire(self, connection: Connection) -> SharedClient:
         shared = self._shared.get(connection.fingerprint)

@@ -5,8 +5,11 @@ removed when it goes away, so no series outlives what it describes."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from multikafka_core.model import ClusterState
 
 _PER_CLUSTER = ("stream", "cluster")
 
@@ -31,6 +34,12 @@ class Metrics:
             "multikafka_cluster_reachable",
             "1 if the cluster answered its last request.",
             _PER_CLUSTER,
+            registry=r,
+        )
+        self.cluster_state = Gauge(
+            "multikafka_cluster_state",
+            "1 for the state each cluster of a stream is in, 0 for the other states.",
+            [*_PER_CLUSTER, "state"],
             registry=r,
         )
         self.partitions = Gauge(
@@ -132,11 +141,24 @@ class Metrics:
         "subreader_restarts",
     )
 
+    def set_cluster_states(self, stream: str, states: Mapping[str, ClusterState]) -> None:
+        """One series per (cluster, state): 1 for the state it is in, 0 for
+        the others (a state-set: ``multikafka_cluster_state{state="DRAINING"} == 1``
+        selects the clusters that are draining)."""
+        for cluster, current in states.items():
+            for state in ClusterState:
+                self.cluster_state.labels(stream, cluster, state.value).set(
+                    1 if state is current else 0
+                )
+
     def forget_cluster(self, stream: str, cluster: str) -> None:
         for name in self._cluster_families:
             family = getattr(self, name)
             with contextlib.suppress(KeyError):
                 family.remove(stream, cluster)
+        for state in ClusterState:
+            with contextlib.suppress(KeyError):
+                self.cluster_state.remove(stream, cluster, state.value)
 
     def forget_stream(self, stream: str, clusters: list[str]) -> None:
         for cluster in clusters:
@@ -155,3 +177,13 @@ class Metrics:
         for from_cluster, to_cluster, mode in seen:
             with contextlib.suppress(KeyError):
                 self.failovers.remove(stream, from_cluster, to_cluster, mode)
+
+    def per_cluster(self, family: str, stream: str) -> dict[str, float]:
+        """The value of a per-cluster family (``"lag"``, a counter's total for
+        ``"agent_records"``) for each cluster of ``stream`` that has one."""
+        values: dict[str, float] = {}
+        for metric in getattr(self, family).collect():
+            for s in metric.samples:
+                if s.labels.get("stream") == stream and not s.name.endswith("_created"):
+                    values[s.labels["cluster"]] = s.value
+        return values

@@ -108,6 +108,7 @@ class Reconciler:
                 await self._discovery.sync(view, view.name)
                 self._desired[view.name] = desired_of(view)
                 self._metrics.generation.labels(view.name).set(view.generation)
+                self._metrics.set_cluster_states(view.name, _states(view))
                 if _needs_drain(view):
                     self._wake_lifecycle()
             self.generation = self._store.revision
@@ -238,6 +239,7 @@ class Reconciler:
             self._metrics.forget_stream(change.name, list(old))
             return
         self._metrics.generation.labels(change.name).set(change.new.generation)
+        self._metrics.set_cluster_states(change.name, _states(change.new))
         for cid in old:
             if cid not in new:
                 self._metrics.forget_cluster(change.name, cid)
@@ -245,6 +247,10 @@ class Reconciler:
             self._metrics.partitions.labels(change.name, cc.cluster).set(
                 sum(cc.partitions.values())
             )
+
+
+def _states(view: StreamView) -> dict[str, ClusterState]:
+    return {cid: spec.state for cid, spec in view.spec.clusters.items()}
 
 
 def _needs_drain(view: StreamView) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from multikafka_core.model import Connection
-from multikafka_core.providers import RangeReader
+from multikafka_core.providers import RangeReader, ServesStreams
 from multikafka_core.providers.kafka import KafkaRangeReader
 from multikafka_core.recent import Recent
 
@@ -48,6 +48,8 @@ class SubReader:
         self.cluster = connection.cluster
         self.fingerprint = connection.fingerprint
         self.reader = factory(connection)
+        if isinstance(self.reader, ServesStreams):
+            self.reader.set_log_context([(stream, connection.cluster)])
         self.in_use = 0
         self.last_used = time.monotonic()
         self.close_pending = False

@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 from rich.console import Console
 from rich.table import Table
 
+from multikafka.cli.watch import watch
 from multikafka_core import env
 from multikafka_core.admin_client import AdminClient
 from multikafka_core.exceptions import MultikafkaError
@@ -77,8 +78,43 @@ def _numbers(m: Message, d: dict[str, Any]) -> dict[str, Any]:
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
+#: ``--json`` goes before the command (``admin --json streams list``) or after
+#: it (``admin streams list --json``); the same output either way.
+JSON_HELP = "print JSON (also accepted after the command)"
+COMMAND_JSON_HELP = "print JSON (the same as `admin --json ...`)"
 
-@click.group("admin")
+
+def _json_flag(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and (obj := ctx.find_object(Ctx)) is not None:
+        obj.as_json = True
+
+
+class AdminCommand(click.Command):
+    """An admin command: takes ``--json`` after its name too, where users
+    type it (``admin streams get orders --json``), the same as before it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(
+            click.Option(
+                ["--json", "as_json"],
+                is_flag=True,
+                expose_value=False,
+                callback=_json_flag,
+                help=COMMAND_JSON_HELP,
+            )
+        )
+
+
+class AdminGroup(click.Group):
+    """The admin group and its subgroups: every command in them is an
+    :class:`AdminCommand`."""
+
+    command_class = AdminCommand
+    group_class = type  # subgroups are AdminGroups too
+
+
+@click.group("admin", cls=AdminGroup)
 @click.option(
     "--coordinator",
     default=None,
@@ -95,7 +131,7 @@ pass_ctx = click.make_pass_decorator(Ctx)
 )
 @click.option("--tls-cert", default=None, help="client certificate (mutual TLS)")
 @click.option("--tls-key", default=None, help="its key")
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_context
 def admin_group(
     ctx: click.Context,
@@ -231,6 +267,34 @@ def streams_history(ctx: Ctx, name: str, limit: int) -> None:
         console.print(table)
 
     ctx.emit(run(lambda: ctx.client.history(name, limit)), render)
+
+
+@streams.command("watch")
+@click.argument("name")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="seconds between refreshes",
+)
+@click.option("--once", is_flag=True, help="show one frame and exit (for scripts and tests)")
+@pass_ctx
+def streams_watch(ctx: Ctx, name: str, interval: float, once: bool) -> None:
+    """A live view of one stream until Ctrl-C: per cluster its state,
+    reachability, partitions, records read per second and lag; the last
+    reconcile and failover or drain; the queries and reader agents reading it.
+    With --json: one JSON object per refresh."""
+    run(
+        lambda: watch(
+            ctx.client,
+            name,
+            interval_s=interval,
+            once=once,
+            console=console,
+            as_dict=_dict if ctx.as_json else None,
+        )
+    )
 
 
 @admin_group.group("cluster")

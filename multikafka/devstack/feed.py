@@ -10,6 +10,7 @@ tansu's high watermark right for everything before it (see ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -18,24 +19,35 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from multikafka_core.providers.kafka_log import ClientLog
 from multikafka_core.retry import poll
 
 FENCE_KEY = b"__fence__"
 
 
+def _log(bootstrap: str) -> ClientLog:
+    """librdkafka's lines of a dev-stack client (a cluster the demo killed
+    on purpose is no news: "cannot connect" at INFO)."""
+    return ClientLog("devstack", bootstrap, unreachable_level=logging.INFO)
+
+
 def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0) -> None:
     """Create ``{topic: partitions}`` (topics that exist already are fine)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics(
-        [NewTopic(t, n, 1) for t, n in topics.items()], request_timeout=timeout_s
-    )
-    for topic, fut in futures.items():
-        try:
-            fut.result(timeout_s)
-        except KafkaException as exc:
-            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
-        _wait_topic(admin, topic, topics[topic], timeout_s)
+    admin = AdminClient({"bootstrap.servers": bootstrap}, logger=_log(bootstrap))
+    try:
+        futures = admin.create_topics(
+            [NewTopic(t, n, 1) for t, n in topics.items()], request_timeout=timeout_s
+        )
+        for topic, fut in futures.items():
+            try:
+                fut.result(timeout_s)
+            except KafkaException as exc:
+                text = str(exc)
+                if "already exists" not in text.lower() and "TOPIC_ALREADY_EXISTS" not in text:
+                    raise
+            _wait_topic(admin, topic, topics[topic], timeout_s)
+    finally:
+        admin.poll(0)  # its log lines (nothing else serves an AdminClient's queue)
 
 
 def _wait_topic(admin: AdminClient, topic: str, partitions: int, timeout_s: float) -> None:
@@ -55,7 +67,7 @@ class SequenceProducer:
             config.update({"batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000})
         else:
             config["batch.num.messages"] = 1
-        self._producer = Producer(config)
+        self._producer = Producer(config, logger=_log(bootstrap))
         self._pad = b"x" * max(value_size - 16, 0)
 
     def produce(

@@ -8,6 +8,7 @@ from multikafka_core.providers.base import (
     OffsetQuery,
     RangeReader,
     ReadOutcome,
+    ServesStreams,
     TopicPartitionRange,
 )
 
@@ -16,5 +17,6 @@ __all__ = [
     "OffsetQuery",
     "RangeReader",
     "ReadOutcome",
+    "ServesStreams",
     "TopicPartitionRange",
 ]

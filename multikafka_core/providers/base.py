@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from multikafka_core.arrow import Columns
 
@@ -50,6 +50,18 @@ class MetadataClient(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ServesStreams(Protocol):
+    """A client that can name, in its own log lines (librdkafka's), the
+    (stream, cluster) pairs it serves, and be told that its cluster is known
+    to be down (FAILED: its connection failures are expected, logged at
+    DEBUG). Optional: owners call it on clients that have it."""
+
+    def set_log_context(
+        self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
+    ) -> None: ...
 
 
 class TopicPartitionRange(NamedTuple):

@@ -27,10 +27,9 @@ from multikafka_core.arrow import Columns
 from multikafka_core.exceptions import DataLossError, UnavailableError
 from multikafka_core.model import Connection
 from multikafka_core.providers.base import OffsetQuery, ReadOutcome, TopicPartitionRange
+from multikafka_core.providers.kafka_log import ClientLog, repeat_interval_s
 
 logger = logging.getLogger(__name__)
-#: librdkafka's own log lines go here (not to stderr).
-rdkafka_logger = logging.getLogger("multikafka.rdkafka")
 
 _MISSING_PARTITION = {
     KafkaError.UNKNOWN_TOPIC_OR_PART,
@@ -108,19 +107,37 @@ class KafkaMetadataClient:
 
     def __init__(self, connection: Connection) -> None:
         self._connection = connection
-        self._admin = AdminClient(
-            client_config(
-                connection, {"client.id": f"multikafka-coordinator-{connection.cluster}"}
-            ),
-            logger=rdkafka_logger,
+        config = client_config(
+            connection, {"client.id": f"multikafka-coordinator-{connection.cluster}"}
         )
+        #: librdkafka's lines of this client's AdminClient and group consumers.
+        self._log = ClientLog(
+            "coordinator", connection.cluster, interval_s=repeat_interval_s(config)
+        )
+        self._admin = AdminClient(config, logger=self._log)
         self._group_consumers: dict[str, Consumer] = {}
+
+    def set_log_context(
+        self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
+    ) -> None:
+        self._log.set_users(users, expected_down=expected_down)
+
+    def _serve_logs(self) -> None:
+        """Hand librdkafka's queued log lines to :class:`ClientLog`. Nothing
+        else serves the queues of an AdminClient or of a consumer that only
+        commits: :meth:`partition_counts` (every discovery round) and
+        :meth:`close` call this."""
+        self._admin.poll(0)
+        for consumer in list(self._group_consumers.values()):  # (commits add some meanwhile)
+            consumer.poll(0)
 
     def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
         try:
             meta = self._admin.list_topics(timeout=timeout_s)
         except KafkaException as exc:
             raise UnavailableError(f"cluster {self._connection.cluster}: metadata: {exc}") from exc
+        finally:
+            self._serve_logs()
         counts: dict[str, int] = {}
         for topic in topics:
             tmeta = meta.topics.get(topic)
@@ -191,7 +208,7 @@ class KafkaMetadataClient:
                 self._connection, {**_READER_DEFAULTS, "client.id": "multikafka-committer"}
             )
             config["group.id"] = group_id
-            consumer = self._group_consumers[group_id] = Consumer(config, logger=rdkafka_logger)
+            consumer = self._group_consumers[group_id] = Consumer(config, logger=self._log)
         tps = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
         try:
             consumer.commit(offsets=tps, asynchronous=False)
@@ -199,6 +216,7 @@ class KafkaMetadataClient:
             raise UnavailableError(f"cluster {self._connection.cluster}: commit: {exc}") from exc
 
     def close(self) -> None:
+        self._serve_logs()
         for consumer in self._group_consumers.values():
             consumer.close()
         self._group_consumers.clear()
@@ -235,7 +253,15 @@ class KafkaRangeReader:
         self.connection = connection
         config = client_config(connection, {**_READER_DEFAULTS, "client.id": client_id})
         config.setdefault("group.id", READER_GROUP_ID)
-        self._consumer = Consumer(config, logger=rdkafka_logger)
+        #: librdkafka's lines, handed over by consume() (a reader that is not
+        #: reading keeps them queued until it reads again or closes).
+        self._log = ClientLog(
+            "reader",
+            connection.cluster,
+            unreachable_level=logging.INFO,
+            interval_s=repeat_interval_s(config),
+        )
+        self._consumer = Consumer(config, logger=self._log)
         self._batch_size = batch_size
         self._poll_timeout_s = poll_timeout_s
         self._stall_check_s = stall_check_s
@@ -599,6 +625,11 @@ class KafkaRangeReader:
             if prev is None or offset > prev[0]:
                 outcome.last[tp] = (offset, ts)
         outcome.records += len(cols)
+
+    def set_log_context(
+        self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
+    ) -> None:
+        self._log.set_users(users, expected_down=expected_down)
 
     def close(self) -> None:
         if not self._closed:

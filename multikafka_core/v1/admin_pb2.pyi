@@ -99,12 +99,32 @@ class ClusterStatus(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     DRAIN_OFFSETS_FIELD_NUMBER: _builtins.int
+    UNREACHABLE_SINCE_MS_FIELD_NUMBER: _builtins.int
+    LAG_RECORDS_FIELD_NUMBER: _builtins.int
+    RECORDS_READ_FIELD_NUMBER: _builtins.int
+    RECORDS_PLANNED_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     state: _builtins.str
     reachable: _builtins.bool
     error: _builtins.str
     """Why the cluster is unreachable, when it is."""
     partitions: _builtins.int
+    unreachable_since_ms: _builtins.int
+    """When the cluster became unreachable (ms since the epoch; 0 while it is
+    reachable or not known here).
+    """
+    lag_records: _builtins.int
+    """Records between the latest planned start and the high watermarks, as of
+    the last batch planned while the cluster was reachable; absent before
+    the first, and for a cluster that is not read (STANDBY, FAILED).
+    """
+    records_read: _builtins.int
+    """Records reader agents reported reading from this cluster, counted since
+    the replica that answers started (0 on a standby: agents report to the
+    leader). Two answers apart give records per second.
+    """
+    records_planned: _builtins.int
+    """Records planned into micro-batches from this cluster (counted the same way)."""
     @_builtins.property
     def drain_offsets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Drain end offsets captured when the cluster began DRAINING."""
@@ -118,12 +138,18 @@ class ClusterStatus(_message.Message):
         error: _builtins.str = ...,
         partitions: _builtins.int = ...,
         drain_offsets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        unreachable_since_ms: _builtins.int = ...,
+        lag_records: _builtins.int | None = ...,
+        records_read: _builtins.int = ...,
+        records_planned: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lag_records", b"_lag_records", "lag_records", b"lag_records"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "drain_offsets", b"drain_offsets", "error", b"error", "partitions", b"partitions", "reachable", b"reachable", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lag_records", b"_lag_records", "cluster", b"cluster", "drain_offsets", b"drain_offsets", "error", b"error", "lag_records", b"lag_records", "partitions", b"partitions", "reachable", b"reachable", "records_planned", b"records_planned", "records_read", b"records_read", "state", b"state", "unreachable_since_ms", b"unreachable_since_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__lag_records: _TypeAlias = _typing.Literal["lag_records"]  # noqa: Y015
+    _WhichOneofArgType__lag_records: _TypeAlias = _typing.Literal["_lag_records", b"_lag_records"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lag_records) -> _WhichOneofReturnType__lag_records | None: ...
 
 Global___ClusterStatus: _TypeAlias = ClusterStatus  # noqa: Y015
 

@@ -4,6 +4,13 @@ coordinator's Prometheus endpoint."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -13,9 +20,19 @@ from prometheus_client.parser import text_string_to_metric_families
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
 from multikafka_core.admin_client import AdminClient
+from multikafka_core.planner_client import PlannerClient
+from multikafka_core.v1 import planner_pb2
 from reader_agent import ReaderAgent
+from spark_bridge.partition import partitions_from_plan
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, run_admin_cli, stream_doc, uid
+from tests.helpers import (
+    eventually,
+    produce_sequence,
+    run_admin_cli,
+    seeded_stream,
+    stream_doc,
+    uid,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -145,6 +162,9 @@ def test_cli_token(make_coordinator: object, tmp_path: Path) -> None:
     code, out = _admin(coord, "streams", "list")
     assert code == 1
     assert "authorization" in out
+    code, out = _admin(coord, "streams", "watch", "orders", "--once")
+    assert code == 1
+    assert "authorization" in out
     good, wrong = tmp_path / "admin-token", tmp_path / "wrong-token"
     good.write_text("cli-t0ken\n")  # a trailing newline, as `echo` writes it
     wrong.write_text("not-it")
@@ -212,3 +232,236 @@ def test_metrics_endpoint_reports_what_happened(
     after = eventually(lambda: (s := scrape())[latencies] > before[latencies] and s)
     assert after[failovers] == 1
     assert after[generation] == done.generation > info.generation
+
+
+def test_json_goes_before_or_after_the_command_with_the_same_output(
+    coordinator: CoordinatorThread, kafka: KafkaClusters, tmp_path: Path
+) -> None:
+    a, b = kafka.shared(2)
+    topic = uid("clijson")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 1})
+    name = uid("clijson")
+    doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
+    doc["clusters"]["b"]["state"] = "STANDBY"
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    code, out = _admin(coordinator, "streams", "put", "--file", str(path), "--json")
+    assert code == 0, out
+    assert json.loads(out)["name"] == name
+
+    def both(*args: str) -> object:
+        before = _admin(coordinator, "--json", *args)
+        after = _admin(coordinator, *args, "--json")
+        assert before[0] == after[0] == 0, (before, after)
+        assert json.loads(before[1]) == json.loads(after[1])
+        return json.loads(after[1])
+
+    assert both("streams", "get", name)["name"] == name  # type: ignore[index]
+    assert name in {s["name"] for s in both("streams", "list")}  # type: ignore[attr-defined]
+    assert both("streams", "history", name)[0]["kind"] == "reconcile"  # type: ignore[index]
+    assert isinstance(both("readers", "list"), list)
+    # an operation: the second placement acts on what the first did
+    code, out = _admin(
+        coordinator, "cluster", "drain", "--stream", name, "--cluster", "a", "--json"
+    )
+    assert code == 0, out
+    assert {c["cluster"]: c["state"] for c in json.loads(out)["clusters"]}["a"] == "DRAINING"
+    code, out = _admin(
+        coordinator,
+        "failover",
+        "--stream",
+        name,
+        "--from",
+        "a",
+        "--to",
+        "b",
+        "--margin",
+        "1s",
+        "--json",
+    )
+    assert code == 0, out
+    assert {c["cluster"]: c["state"] for c in json.loads(out)["clusters"]} == {
+        "a": "FAILED",
+        "b": "ACTIVE",
+    }
+    code, out = _admin(coordinator, "streams", "delete", name, "--json")
+    assert (code, json.loads(out)) == (0, {"deleted": True})
+
+
+def _watched_stream(
+    coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters, agent: ReaderAgent
+) -> tuple[str, str, str]:
+    """A stream (a ACTIVE with 10 records over 2 partitions, b STANDBY) that
+    query ``q-…`` read once through ``agent`` and committed, then a drained.
+    Returns (stream, topic, query id)."""
+    a, b = kafka.shared(2)
+    topic = uid("watch")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 2})
+    produce_sequence(a.bootstrap, topic, 2, "a", range(10))
+    name, query = uid("watch"), uid("q")
+    admin.put_stream(
+        stream_doc(
+            name,
+            {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])},
+            states={"b": "STANDBY"},
+        )
+    )
+    agent.connect(coordinator.address)
+    planner = PlannerClient(coordinator.address, timeout_s=10)
+    try:
+        start, _ = planner.resolve(name, planner_pb2.Position(kind=planner_pb2.Position.EARLIEST))
+        end = planner.latest(name, query, start, max_records=0, cap=None, fail_on_data_loss=True)
+        plan = planner.plan(name, query, start, end, min_partitions=1)
+        for part in partitions_from_plan(
+            plan,
+            coordinator=coordinator.address,  # type: ignore[arg-type]
+            stream=name,
+            query_id=query,
+            include_headers=False,
+            fail_on_data_loss=True,
+        ):
+            for _ in agent.read(part.task):
+                pass
+        planner.commit(name, query, end, "")
+    finally:
+        planner.close()
+    eventually(lambda: {c.cluster: c.records_read for c in admin.get_stream(name).clusters}["a"])
+    admin.drain(name, "a")
+    return name, topic, query
+
+
+def test_streams_watch_once_shows_clusters_history_queries_and_agents(
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    agents: list[ReaderAgent],
+) -> None:
+    agent = ReaderAgent(agent_id=uid("agent"), heartbeat_interval_s=0.2)
+    agents.append(agent)
+    name, topic, query = _watched_stream(coordinator, admin, kafka, agent)
+    info = {c.cluster: c for c in admin.get_stream(name).clusters}
+    # 10 records and a fence per partition: the lag the latest call saw from the start
+    assert info["a"].records_read >= 10
+    assert info["a"].lag_records == 12
+    assert not info["b"].HasField("lag_records")  # STANDBY: not read
+
+    result = run_admin_cli(
+        ["--coordinator", coordinator.address, "streams", "watch", name, "--once"],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    lines = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    assert f"stream {name}" in out
+    assert "DRAINING" in lines[f"a ({kafka.shared(1)[0].bootstrap})"]
+    assert "yes" in lines[f"a ({kafka.shared(1)[0].bootstrap})"]
+    row_a = [cell.strip() for cell in lines[f"a ({kafka.shared(1)[0].bootstrap})"].split("│")]
+    # cluster, state, reachable, partitions, records read, records/s, lag, note
+    assert row_a[1:9] == [
+        f"a ({kafka.shared(1)[0].bootstrap})",
+        "DRAINING",
+        "yes",
+        "2",
+        f"{info['a'].records_read:,}",
+        "-",  # one frame: no rate yet
+        "12",
+        "draining to end offsets of 2 splits",
+    ]
+    assert "STANDBY" in out
+    assert "last reconcile: generation" in out
+    assert "last failover/drain: drain of a" in out
+    assert query in lines
+    assert agent.agent_id in lines
+    assert "a" in lines[agent.agent_id].split("│")[4]  # its open sub-reader of this stream
+
+    result = run_admin_cli(
+        ["--coordinator", coordinator.address, "streams", "watch", name, "--once", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    clusters = {c["cluster"]: c for c in data["stream"]["clusters"]}
+    assert clusters["a"]["lag_records"] == 12
+    assert clusters["a"]["records_read"] == info["a"].records_read
+    assert data["last_change"]["kind"] == "drain"
+    assert data["last_reconcile"]["kind"] == "reconcile"
+    assert [q["query_id"] for q in data["queries"]] == [query]
+    (reader,) = [r for r in data["readers"] if r["agent_id"] == agent.agent_id]
+    assert set(reader["splits"]) == {f"a/{topic}/0", f"a/{topic}/1"}
+
+
+def test_streams_watch_shows_no_secret(
+    coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+) -> None:
+    (a,) = kafka.shared(1)
+    name = uid("watchsecret")
+    doc = stream_doc(name, {"a": (a.bootstrap, [uid("t")])}, states={"a": "STANDBY"})
+    doc["clusters"]["a"]["properties"]["sasl.password"] = "p4ss-w0rd"
+    admin.put_stream(doc)
+    for extra in ([], ["--json"]):
+        result = run_admin_cli(
+            ["--coordinator", coordinator.address, "streams", "watch", name, "--once", *extra]
+        )
+        assert result.exit_code == 0, result.output
+        assert "p4ss-w0rd" not in result.output
+        assert name in result.stdout
+
+
+def test_streams_watch_refreshes_in_a_terminal_until_ctrl_c(
+    coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+) -> None:
+    """The real command in a pseudo-terminal (rich's live display): two
+    refreshes, then SIGINT; it exits 0 without a traceback."""
+    (a,) = kafka.shared(1)
+    name, _ = seeded_stream(admin, a.bootstrap, "watchpty", records=3)
+    primary, secondary = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MULTIKAFKA_")}
+    env.update(TERM="xterm-256color", COLUMNS="160", LINES="60")
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "multikafka"),
+            "admin",
+            "--coordinator",
+            coordinator.address,
+            "streams",
+            "watch",
+            name,
+            "--interval",
+            "0.5",
+        ],
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env=env,
+        close_fds=True,
+    )
+    os.close(secondary)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 60
+        # the stream's name is in each frame's first line (between colour codes)
+        while seen.count(name.encode()) < 2 and time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 0.5)
+            if ready:
+                seen += os.read(primary, 65536)
+        assert seen.count(name.encode()) >= 2, seen.decode(errors="replace")
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=30)
+        while select.select([primary], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal closed with the process
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(primary)
+    text = seen.decode(errors="replace")
+    assert code == 0, text
+    assert "Traceback" not in text
+    assert "ACTIVE" in text

@@ -6,7 +6,9 @@ tests cannot show growth.)"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -112,3 +114,43 @@ async def test_unreachable_cluster_is_not_asked_again_during_the_backoff(
     assert await discovery.discover(cc, force=True)
     assert cc.health.reachable
     assert Connection("c", "h:1", cc.spec.properties).fingerprint == cc.fingerprint
+
+
+class NamedClient(FakeMetadataClient):
+    """A client that logs librdkafka's lines: it is told whom it serves."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        super().__init__(cluster)
+        self.told: list[tuple[list[tuple[str, str]], bool]] = []
+
+    def set_log_context(
+        self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
+    ) -> None:
+        self.told.append((sorted(users), expected_down))
+
+
+async def test_a_client_is_told_its_streams_and_when_its_cluster_is_failed(
+    cluster: FakeCluster,
+) -> None:
+    discovery = Discovery(
+        CoordinatorConfig(), ThreadPoolExecutor(2), client_factory=lambda c: NamedClient(cluster)
+    )
+    cluster.counts = {"t": 1}
+    await discovery.sync(view("s1", ["t"]), "s1")
+    client = discovery.client("s1", "c").client
+    assert client.told[-1] == ([("s1", "c")], False)
+    await discovery.sync(view("s2", ["t"]), "s2")
+    assert client.told[-1] == ([("s1", "c"), ("s2", "c")], False)
+    failed = view("s1", ["t"])
+    failed = StreamView(
+        replace(
+            failed.spec,
+            clusters={"c": replace(failed.spec.clusters["c"], state=ClusterState.FAILED)},
+        ),
+        2,
+    )
+    await discovery.sync(failed, "s1")
+    assert client.told[-1] == ([("s1", "c"), ("s2", "c")], False)  # s2 still reads it
+    await discovery.sync(None, "s2")
+    assert client.told[-1] == ([("s1", "c")], True)  # known down: its failures are expected
+    await discovery.close()

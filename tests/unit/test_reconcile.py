@@ -190,6 +190,39 @@ async def test_a_removed_cluster_is_sent_as_removed_and_its_metrics_go(parts: Pa
     assert parts.history.entries("s")[-1].detail == "b: removed"
 
 
+async def test_each_clusters_state_is_a_state_set_that_follows_the_document(
+    parts: Parts,
+) -> None:
+    def states(cluster: str) -> dict[str, float | None]:
+        return {
+            state: parts.sample(
+                "multikafka_cluster_state", stream="s", cluster=cluster, state=state
+            )
+            for state in ("ACTIVE", "STANDBY", "DRAINING", "FAILED")
+        }
+
+    def only(state: str) -> dict[str, float]:
+        return {s: 1 if s == state else 0 for s in ("ACTIVE", "STANDBY", "DRAINING", "FAILED")}
+
+    doc = two_clusters()
+    await parts.put(doc)
+    assert (states("a"), states("b")) == (only("ACTIVE"), only("STANDBY"))
+
+    doc["clusters"]["a"]["state"] = "FAILED"
+    doc["clusters"]["b"]["state"] = "ACTIVE"
+    await parts.put(doc)
+    assert (states("a"), states("b")) == (only("FAILED"), only("ACTIVE"))
+
+    del doc["clusters"]["a"]
+    await parts.put(doc)
+    assert set(states("a").values()) == {None}
+    assert states("b") == only("ACTIVE")
+
+    assert await parts.store.delete_stream("s")
+    await parts.store.wait_applied(parts.etcd.revision)
+    assert set(states("b").values()) == {None}
+
+
 async def test_deleting_a_stream_removes_every_cluster_and_its_generation_gauge(
     parts: Parts,
 ) -> None:
