@@ -252,6 +252,8 @@ def stats(sample: Sample) -> dict[str, Any]:
             phases_median_ms={
                 ph: percentile([b.get(ph, 0) for b in sample.batches], 50) for ph in PHASES
             },
+            # Where the slowest micro-batch spent its time.
+            slowest_phases_ms=max(sample.batches, key=lambda b: b.get("triggerExecution", 0)),
         )
     return out
 

@@ -228,15 +228,16 @@ Key = tuple[str, int]
 class KafkaRangeReader:
     """Reads exact offset ranges from one cluster with one reused consumer.
 
-    Partitions stay assigned from one read to the next: a range that starts
-    where the previous range of its partition ended continues on what the
-    consumer already fetched (and on the records consumed past that end, kept
-    as leftovers) instead of fetching it again, which is what consecutive
-    micro-batches of a split in one worker do. A read pauses the partitions it
-    does not need (librdkafka then drops what it prefetched for them) and
-    unassigns those unused for ``idle_reads`` reads. After an error, or a read
-    its caller stopped early, the reader forgets every position and starts
-    the next read from scratch.
+    The reader remembers where each partition's last range ended: a range
+    that starts there continues on what the consumer already fetched (the
+    records it consumed past that end, kept as leftovers) and fetches only
+    what comes after them, which is what consecutive micro-batches of a split
+    in one worker do. The consumer fetches only during a read: at its end,
+    what it fetched is taken as leftovers and every partition unassigned
+    (parked). Partitions unused for ``idle_reads`` reads are forgotten. A read
+    pauses a partition that has a consume batch of leftovers waiting. After
+    an error, or a read its caller stopped early, the reader forgets every
+    position and starts the next read from scratch.
     """
 
     def __init__(
@@ -270,6 +271,8 @@ class KafkaRangeReader:
         self._closed = False
         #: Assigned partitions -> the next offset the consumer delivers.
         self._next: dict[Key, int] = {}
+        #: Partitions assigned now: those of the read going on (none between reads).
+        self._assigned: set[Key] = set()
         self._paused: set[Key] = set()
         #: Reads in a row that did not use an assigned partition.
         self._unused: dict[Key, int] = {}
@@ -297,6 +300,8 @@ class KafkaRangeReader:
         # arrived or the timeout passed, so never ask for more than are left.
         nxt: dict[Key, int] = {}
         ready: list[Columns] = []
+        if self._assigned:  # a read left neither finished nor closed
+            self._forget(list(self._next))
         for r in todo:
             nxt[(r.topic, r.partition)] = self._continue_at(r, ready)
         # (topic, partition) -> range, for ranges not read to their end yet
@@ -342,6 +347,39 @@ class KafkaRangeReader:
             # the consumer stands is no longer known.
             self._forget(list(self._next))
             raise
+        self._park(ends, include_headers)
+
+    def _park(self, ends: Mapping[Key, int], include_headers: bool) -> None:
+        """After a read: keep what the consumer already fetched past the
+        read's ranges as leftovers, and unassign every partition until a read
+        needs it. A consumer that went on fetching between reads would fetch
+        each record once per worker that ever read its split (tasks move
+        between workers), hold it in memory, and keep polling the brokers.
+        Unassigned rather than paused: librdkafka took up to a second to fetch
+        a resumed partition again, and fetches an assigned one at once."""
+        try:
+            msgs: list[Any] = self._consumer.consume(self._batch_size, timeout=0)
+            failed = {(m.topic(), m.partition()) for m in msgs if m.error() is not None}
+            good = [m for m in msgs if m.error() is None]
+            self._forget(list(failed))  # where those stand is not known
+            if good:
+                with _collector_paused():
+                    cols = arrow.decode(good, include_headers=include_headers)
+                    del msgs, good
+                self._keep_leftovers(cols, ends)
+            held = [TopicPartition(*k) for k in self._assigned]
+            if held:
+                # librdkafka keeps a partition's pause across unassign and assign.
+                self._consumer.resume(held)
+                self._consumer.incremental_unassign(held)
+            self._assigned.clear()
+            self._paused.clear()
+        except KafkaException as exc:
+            logger.warning(
+                "could not unassign after a read; starting the next read afresh",
+                extra={"cluster": self.connection.cluster, "error": str(exc)},
+            )
+            self._forget(list(self._next))
 
     def _continue_at(self, r: TopicPartitionRange, ready: list[Columns]) -> int:
         """Where reading ``r`` goes on: after the leftovers it can use (added to
@@ -371,59 +409,39 @@ class KafkaRangeReader:
     def _position_for(
         self, pending: Mapping[Key, TopicPartitionRange], nxt: dict[Key, int]
     ) -> None:
-        """Pause what this read does not use, unassign what went unused for
-        long, and assign, resume or seek what it must fetch."""
-        consumer = self._consumer
+        """Assign what this read must fetch, where it goes on (nothing is
+        assigned between reads), and forget what went unused for long."""
         for key in self._next:
             self._unused[key] = 0 if key in nxt else self._unused.get(key, 0) + 1
         self._forget([k for k, n in self._unused.items() if n >= self._idle_reads])
-        idle = [k for k in self._next if k not in nxt and k not in self._paused]
-        if idle:
-            consumer.pause([TopicPartition(*k) for k in idle])
-            self._paused.update(idle)
-        new = [k for k in pending if k not in self._next]
-        if new:
-            consumer.incremental_assign([TopicPartition(*k, nxt[k]) for k in new])
-            self.positioned += len(new)
-        resume = [k for k in pending if k in self._paused]
-        if resume:
-            consumer.resume([TopicPartition(*k) for k in resume])
-            self._paused.difference_update(resume)
+        if pending:
+            self._consumer.incremental_assign([TopicPartition(*k, nxt[k]) for k in pending])
+            self._assigned.update(pending)
         for key in pending:
-            moved = key not in new and self._next[key] != nxt[key]
-            if moved or key in resume:
-                # After a pause librdkafka fetches again from where the
-                # application stands; seek makes that position explicit.
-                self._seek(key, nxt[key])
-            self.positioned += moved
+            self.positioned += self._next.get(key) != nxt[key]
             self._next[key] = nxt[key]
             self._unused[key] = 0
 
-    def _seek(self, key: Key, offset: int) -> None:
-        try:
-            self._consumer.seek(TopicPartition(*key, offset))
-        except KafkaException:
-            # Not fetching yet (just assigned or resumed): assign it anew.
-            self._consumer.incremental_unassign([TopicPartition(*key)])
-            self._consumer.incremental_assign([TopicPartition(*key, offset)])
-
     def _forget(self, keys: Sequence[Key]) -> None:
-        """Unassign ``keys`` and drop what the reader knew of them."""
+        """Unassign ``keys`` (those assigned) and drop what the reader knew of
+        them."""
         keys = [k for k in keys if k in self._next]
         if not keys:
             return
+        held = [TopicPartition(*k) for k in keys if k in self._assigned]
         try:
-            # librdkafka keeps a partition's pause across unassign and assign:
-            # a paused partition assigned again later would never be fetched.
-            self._consumer.resume([TopicPartition(*k) for k in keys])
-            self._consumer.incremental_unassign([TopicPartition(*k) for k in keys])
+            if held:
+                # librdkafka keeps a partition's pause across unassign and
+                # assign: a paused partition assigned again would never be fetched.
+                self._consumer.resume(held)
+                self._consumer.incremental_unassign(held)
         except KafkaException as exc:
             logger.warning(
                 "unassign failed; starting over",
                 extra={"cluster": self.connection.cluster, "error": str(exc)},
             )
             with contextlib.suppress(KafkaException):
-                self._consumer.resume([TopicPartition(*k) for k in self._next])
+                self._consumer.resume([TopicPartition(*k) for k in self._assigned])
             self._consumer.unassign()
             keys = list(self._next)
         for k in keys:
@@ -431,6 +449,7 @@ class KafkaRangeReader:
             self._unused.pop(k, None)
             self._leftover.pop(k, None)
             self._paused.discard(k)
+            self._assigned.discard(k)
 
     def _position(self, r: TopicPartitionRange) -> int:
         """Next offset to read of ``r``'s partition (its start before any read)."""
@@ -552,6 +571,7 @@ class KafkaRangeReader:
                 )
                 self._forget([key])
                 self._consumer.incremental_assign([TopicPartition(*key, at)])
+                self._assigned.add(key)
                 self._next[key] = at
                 self._unused[key] = 0
                 continue

@@ -1,7 +1,7 @@
-"""The range reader keeps partitions assigned between reads: a range that
-starts where its partition's last one ended goes on from what the consumer
-already fetched, on a real broker; every other pattern of reads still gets
-exactly its records."""
+"""The range reader remembers where each partition's last range ended: a
+range that starts there goes on from what the consumer already fetched, on a
+real broker; between reads the consumer fetches nothing; every other pattern
+of reads still gets exactly its records."""
 
 from __future__ import annotations
 
@@ -93,6 +93,36 @@ def test_the_next_range_of_a_split_is_read_from_what_was_fetched(kafka: KafkaClu
         reader.close()
 
 
+def test_between_reads_the_consumer_fetches_nothing(kafka: KafkaClusters) -> None:
+    """Records produced after a read are not fetched until a read needs them:
+    with the broker frozen, the next range cannot be read. (A consumer that
+    kept fetching between reads would hold them: every worker that ever read
+    a split would fetch each of its records, and keep polling the broker.)
+    Thawed, the same range reads, where the last one ended."""
+    cluster = kafka.private()
+    broker = cluster.require_process()
+    topic = uid("park")
+    create_topics(cluster.bootstrap, {topic: 1})
+    produce_sequence(cluster.bootstrap, topic, 1, "k", range(100))
+    reader = _reader(cluster.bootstrap)
+    try:
+        first, _ = _read(reader, [R(topic, 0, 0, 101)])  # 100 records and a fence
+        assert first == _expected([R(topic, 0, 0, 101)])
+        produce_sequence(cluster.bootstrap, topic, 1, "m", range(100))  # 101..200
+        time.sleep(1.0)  # what a fetching consumer would use to fetch them
+        broker.process.pause()
+        try:
+            frozen, outcome = _read(reader, [R(topic, 0, 101, 201)], within_s=2.0)
+        finally:
+            broker.process.resume()
+        assert frozen == []
+        assert [(r.start, r.until) for r in outcome.abandoned] == [(101, 201)]
+        second, outcome = _read(reader, [R(topic, 0, 101, 201)])
+        assert second == _expected([R(topic, 0, 101, 201)])
+    finally:
+        reader.close()
+
+
 def test_every_pattern_of_reads_gets_exactly_its_records(
     shared_reader: tuple[KafkaRangeReader, str],
 ) -> None:
@@ -142,20 +172,22 @@ def test_a_read_stopped_early_leaves_the_next_read_exact(
     assert rows == _expected([R(topic, 0, 0, 2001)])
 
 
-def test_partitions_unused_for_a_while_are_unassigned(
+def test_nothing_stays_assigned_and_unused_partitions_are_forgotten(
     shared_reader: tuple[KafkaRangeReader, str],
 ) -> None:
+    """Between reads nothing is assigned; a partition unused for 8 reads is
+    forgotten (its next range is positioned, not continued), and still read."""
     reader, topic = shared_reader
     _read(reader, [R(topic, 1, 0, 50)])
+    assert reader._consumer.assignment() == []
     for start in range(0, 90, 10):
         _read(reader, [R(topic, 0, start, start + 10)])
-    assignment = {(tp.topic, tp.partition) for tp in reader._consumer.assignment()}
-    assert assignment == {(topic, 0)}
-    # Assigned again later, it is fetched (librdkafka kept its pause across
-    # the unassign: this read waited forever before).
+        assert reader._consumer.assignment() == []
+    positioned = reader.positioned
     rows, outcome = _read(reader, [R(topic, 1, 50, 60)], within_s=5.0)
     assert outcome.abandoned == []
     assert rows == _expected([R(topic, 1, 50, 60)])
+    assert reader.positioned == positioned + 1
 
 
 def test_a_consumer_that_stopped_fetching_is_assigned_again(
