@@ -367,12 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         cleanup.callback(spark.stop)
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
         register_clock_source(spark)
-        with console.status("starting etcd, 2 clusters, coordinator"):
-            stack, address = cleanup.enter_context(latency_stack())
         with progress_bar() as bar:
             task = bar.add_task("rounds", total=args.repeat, note="")
             for i in range(args.repeat):
-                r = one_round(spark, stack, address, args.rate, args.seconds, i)
+                # Fresh brokers every round: tansu (in-memory storage) stalled
+                # for seconds in later rounds of one stack, for every reader,
+                # the plain consumer included.
+                with latency_stack() as (stack, address):
+                    r = one_round(spark, stack, address, args.rate, args.seconds, i)
                 rounds.append(r)
                 m = r["multikafka"]
                 bar.update(
