@@ -68,6 +68,7 @@ class CoordinatorLink:
 
     def close(self) -> None:
         self._threads.stopping.set()
+        self._ack.set()  # ends the acknowledgements' request iterator
         for call in (self._stream, self._ack_call):
             if call is not None:
                 call.cancel()
@@ -115,13 +116,11 @@ class CoordinatorLink:
             self._coordinators.moved(exc, address)
 
     def _acks(self) -> Iterator[reader_pb2.AckRequest]:
+        # No timeout: an idle agent does not wake (close sets the event).
         stopping = self._threads.stopping
-        while not stopping.is_set():
-            if self._ack.wait(1.0):
-                self._ack.clear()
-                yield reader_pb2.AckRequest(
-                    agent_id=self.agent_id, applied_generation=self._applied
-                )
+        while self._ack.wait() and not stopping.is_set():
+            self._ack.clear()
+            yield reader_pb2.AckRequest(agent_id=self.agent_id, applied_generation=self._applied)
 
     def report(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
         """Send ``request`` without waiting for the answer: a task's end (and
