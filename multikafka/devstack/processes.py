@@ -174,6 +174,9 @@ class EtcdServer:
             cert, key, ca = tls
             argv += ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca]
             argv += ["--client-cert-auth"]
+        #: A member of a cluster is healthy only with a quorum, which may not
+        #: have started yet: only a single member waits for /health.
+        self._alone = not initial_cluster
         self.process = ManagedProcess(name, argv, work_dir)
 
     @property
@@ -184,9 +187,20 @@ class EtcdServer:
         self.process.start()
         try:
             wait_for_port(self.port)
-        except UnavailableError:
+            if self.scheme == "http" and self._alone:
+                # The port opens before etcd serves (a client connecting at
+                # once after a restart was refused): wait for /health.
+                poll(self._healthy, timeout_s=20.0, what="etcd /health")
+        except (UnavailableError, TimeoutError):
             raise UnavailableError(f"etcd did not start:\n{self.process.tail()}") from None
         return self
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=1) as resp:
+                return b'"health":"true"' in resp.read()
+        except OSError:
+            return False
 
     def restart(self) -> None:
         """Stop and start again on the same port and data (revisions survive)."""

@@ -294,7 +294,7 @@ def test_add_remove_cycles_leave_nothing_behind(
         cycle()
     eventually(lambda: _os_threads() <= threads, timeout_s=10)
     assert _open_fds() <= fds
-    assert _consumers() == consumers
+    assert _consumers() <= consumers
     assert coord.leading().discovery.client_count() == clients
     assert [k for k in agent.tracked() if k[0] == name] == [(name, "a")]
     names = {f"{s.stream}/{s.cluster}" for s in agent.stats()[1]}
