@@ -269,18 +269,19 @@ class KafkaRangeReader:
         self._watermark_timeout_s = watermark_timeout_s
         self._idle_reads = idle_reads
         self._closed = False
-        #: Assigned partitions -> the next offset the consumer delivers.
+        #: Partitions the reader knows -> where their next range goes on (the
+        #: next offset the consumer delivers, or would once assigned again).
         self._next: dict[Key, int] = {}
         #: Partitions assigned now: those of the read going on (none between reads).
         self._assigned: set[Key] = set()
         self._paused: set[Key] = set()
-        #: Reads in a row that did not use an assigned partition.
+        #: Reads in a row that did not use a known partition.
         self._unused: dict[Key, int] = {}
         #: Records consumed past the end of a partition's last range: (that
         #: end, the records), in offset order, up to ``_next``.
         self._leftover: dict[Key, tuple[int, Columns]] = {}
         #: Ranges that continued where their partition's last one ended, and
-        #: ranges the consumer had to be positioned for (assign or seek).
+        #: ranges the consumer had to be assigned at another offset for.
         self.continued = 0
         self.positioned = 0
 
@@ -367,13 +368,7 @@ class KafkaRangeReader:
                     cols = arrow.decode(good, include_headers=include_headers)
                     del msgs, good
                 self._keep_leftovers(cols, ends)
-            held = [TopicPartition(*k) for k in self._assigned]
-            if held:
-                # librdkafka keeps a partition's pause across unassign and assign.
-                self._consumer.resume(held)
-                self._consumer.incremental_unassign(held)
-            self._assigned.clear()
-            self._paused.clear()
+            self._unassign(list(self._assigned))
         except KafkaException as exc:
             logger.warning(
                 "could not unassign after a read; starting the next read afresh",
@@ -428,13 +423,8 @@ class KafkaRangeReader:
         keys = [k for k in keys if k in self._next]
         if not keys:
             return
-        held = [TopicPartition(*k) for k in keys if k in self._assigned]
         try:
-            if held:
-                # librdkafka keeps a partition's pause across unassign and
-                # assign: a paused partition assigned again would never be fetched.
-                self._consumer.resume(held)
-                self._consumer.incremental_unassign(held)
+            self._unassign([k for k in keys if k in self._assigned])
         except KafkaException as exc:
             logger.warning(
                 "unassign failed; starting over",
@@ -450,6 +440,18 @@ class KafkaRangeReader:
             self._leftover.pop(k, None)
             self._paused.discard(k)
             self._assigned.discard(k)
+
+    def _unassign(self, keys: Sequence[Key]) -> None:
+        """Unassign ``keys`` (assigned ones), resumed first: librdkafka keeps
+        a partition's pause across unassign and assign, and a paused partition
+        assigned again would never be fetched."""
+        if not keys:
+            return
+        held = [TopicPartition(*k) for k in keys]
+        self._consumer.resume(held)
+        self._consumer.incremental_unassign(held)
+        self._assigned.difference_update(keys)
+        self._paused.difference_update(keys)
 
     def _position(self, r: TopicPartitionRange) -> int:
         """Next offset to read of ``r``'s partition (its start before any read)."""
@@ -477,7 +479,7 @@ class KafkaRangeReader:
                 continue
             key = (m.topic(), m.partition())
             if key in self._next and key not in pending:
-                # A partition this read does not need (kept for a range that
+                # A partition this read does not need (known for a range that
                 # may go on there) failed: the next range starts afresh.
                 self._forget([key])
                 continue
