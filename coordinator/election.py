@@ -12,6 +12,11 @@ it stops acting before etcd can expire the lease (patroni: TTL > loop wait +
 2 x retry timeout). A leader that was paused (GC, SIGSTOP, a partition) wakes
 past that point and knows it no longer leads before it tries anything.
 
+Renewals run on a thread of their own, with their own etcd client
+(:class:`LeaseKeeper`), when the coordinator gives one: a busy event loop
+(a reconcile fanned out to a thousand agents, a large plan) then cannot
+starve them and cost the leadership. Without one they run on the loop.
+
 Fencing: :meth:`Election.fence` gives the leader key and the revision that
 created it; every write of the leader's components is a transaction guarded
 by ``create_revision(leader key) == that revision``
@@ -26,6 +31,7 @@ import contextlib
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -37,6 +43,8 @@ from multikafka_core.exceptions import UnavailableError
 logger = logging.getLogger(__name__)
 
 Callback = Callable[[], Awaitable[None]]
+#: Makes the etcd client a :class:`LeaseKeeper` renews through (called on its thread).
+EtcdFactory = Callable[[], Etcd]
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,7 @@ class Election:
         on_elected: Callback,
         on_deposed: Callback,
         clock: Callable[[], float] = time.monotonic,
+        renewal_etcd: EtcdFactory | None = None,
     ) -> None:
         self.key = f"{prefix}/leader"
         self.me = me
@@ -90,6 +99,8 @@ class Election:
         self._on_elected = on_elected
         self._on_deposed = on_deposed
         self._clock = clock
+        #: None: renew on the event loop, through ``etcd``.
+        self._renewal_etcd = renewal_etcd
         #: Create revision of our leader key while we lead.
         self._revision: int | None = None
         self._valid_until = 0.0
@@ -186,14 +197,23 @@ class Election:
         logger.warning(
             "elected leader", extra={"address": self.me.address, "generation": self._revision}
         )
+        keeper = None
+        if self._renewal_etcd is not None and self._lease is not None:
+            assert self._revision is not None
+            keeper = LeaseKeeper(self, self._renewal_etcd, self._lease, self._revision)
+            keeper.start()
         try:
             await self._on_elected()
             while self.is_leader and not self._stopping:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._lost.wait(), self._loop_s)
-                if self._lost.is_set() or not await self._renew():
+                if self._lost.is_set():
+                    break
+                if keeper is None and not await self._renew():
                     break
         finally:
+            if keeper is not None:
+                keeper.stop()
             self._revision = None
             self._valid_until = 0.0
             self._metrics.leader.set(0)
@@ -206,19 +226,27 @@ class Election:
             finally:
                 await self._let_go()
 
-    async def _renew(self) -> bool:
-        """Renew the lease and check the key is still ours; False: deposed."""
+    async def _renew(
+        self, etcd: Etcd | None = None, lease: int | None = None, revision: int | None = None
+    ) -> bool:
+        """Renew the lease and check the key is still ours; False: deposed.
+        By default through the loop's client, for the lease and key held now;
+        a :class:`LeaseKeeper` passes its own client and what it keeps."""
+        etcd = etcd or self._etcd
+        lease = self._lease if lease is None else lease
+        revision = self._revision if revision is None else revision
         started = self._clock()
         try:
-            ttl = await asyncio.wait_for(self._etcd.refresh_lease(self._lease or 0), self._loop_s)
-            kv = await asyncio.wait_for(self._etcd.get(self.key), self._loop_s)
+            ttl = await asyncio.wait_for(etcd.refresh_lease(lease or 0), self._loop_s)
+            kv = await asyncio.wait_for(etcd.get(self.key), self._loop_s)
         except (UnavailableError, asyncio.TimeoutError):
             self._metrics.lease_renewals_failed.inc()
             return self.is_leader  # keep going while the last renewal still covers us
-        if ttl <= 0 or kv is None or kv.create_revision != self._revision:
+        if ttl <= 0 or kv is None or kv.create_revision != revision:
             self._metrics.lease_renewals_failed.inc()
             return False
-        self._valid_until = started + self._ttl_s * 2 / 3
+        if self._revision == revision:  # still the leadership this renewal is for
+            self._valid_until = started + self._ttl_s * 2 / 3
         return True
 
     async def _let_go(self) -> None:
@@ -247,3 +275,72 @@ class Election:
         lease, so a standby takes over without waiting for it to expire."""
         self._stopping = True
         self._step_down()
+
+
+class LeaseKeeper:
+    """Renews a leader's lease every ``ttl / 3`` on a thread with its own
+    event loop and etcd client, so a busy coordinator loop cannot delay a
+    renewal past the leadership's validity. A renewal that finds the lease
+    or key gone deposes the leader (through its loop); the thread ends when
+    :meth:`stop` is called or the leadership is over."""
+
+    def __init__(
+        self, election: Election, make_etcd: EtcdFactory, lease: int, revision: int
+    ) -> None:
+        self._election = election
+        self._make_etcd = make_etcd
+        self._lease = lease
+        self._revision = revision
+        self._loop = asyncio.get_running_loop()
+        self._stopped = threading.Event()
+        self.renewals = 0
+        self._thread = threading.Thread(
+            target=self._run, name="multikafka-lease-keeper", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the thread within a renewal interval; never blocks the caller."""
+        self._stopped.set()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._keep())
+        except Exception:
+            logger.exception("lease keeper failed; the leader steps down")
+            self._depose()
+
+    async def _keep(self) -> None:
+        election = self._election
+        etcd = self._make_etcd()
+        connected = False
+        try:
+            while not self._stopped.is_set():
+                await asyncio.sleep(election._loop_s)
+                if self._stopped.is_set() or election._revision != self._revision:
+                    return
+                try:
+                    if not connected:
+                        await asyncio.wait_for(etcd.connect(), election._loop_s)
+                        connected = True
+                    renewed = await election._renew(etcd, self._lease, self._revision)
+                except (UnavailableError, asyncio.TimeoutError):
+                    election._metrics.lease_renewals_failed.inc()
+                    renewed = election.is_leader
+                except Exception:
+                    logger.exception("lease renewal failed unexpectedly; trying again")
+                    renewed = election.is_leader
+                self.renewals += 1
+                if not renewed:
+                    self._depose()
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(etcd.close(), 1.0)
+
+    def _depose(self) -> None:
+        if not self._stopped.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                self._loop.call_soon_threadsafe(self._election._step_down)

@@ -143,6 +143,7 @@ class Coordinator:
             metrics=self.metrics,
             on_elected=self._elected,
             on_deposed=self._deposed,
+            renewal_etcd=lambda: Etcd(self.config.etcd),
         )
         self._tasks.spawn("election", self.election.run())
         self._tasks.every("presence", self.config.lease_ttl_s / 3, self._announce)

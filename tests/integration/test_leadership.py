@@ -6,7 +6,9 @@ coordinator that cannot reach etcd at start says so in one line."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -175,3 +177,28 @@ def test_a_coordinator_that_cannot_reach_etcd_says_so_in_one_line(tmp_path: Path
     assert line.startswith("multikafka coordinator: etcd at")
     assert f"127.0.0.1:{closed}" in line
     assert "Traceback" not in result.stderr
+
+
+def test_a_leader_whose_loop_is_blocked_past_its_lease_keeps_leading(
+    make_coordinator: Make,
+) -> None:
+    """Lease renewals run on a thread of their own, with their own etcd
+    client: the leader's event loop blocked for twice the lease's TTL (a
+    large reconcile, say) does not let the lease expire, so the standby
+    never takes over. (Renewed on the loop, the standby would lead.)"""
+    prefix = f"/lead-{uid('p')}"
+    first = make_coordinator(etcd_prefix=prefix, lease_ttl_s=1.5)
+    second = make_coordinator(etcd_prefix=prefix, lease_ttl_s=1.5)
+    assert first.coordinator is not None
+    assert second.coordinator is not None
+    leader, standby = (first, second) if first.coordinator.is_leader else (second, first)
+    assert leader.coordinator is not None
+    assert standby.coordinator is not None
+
+    leader._loop.call_soon_threadsafe(time.sleep, 3.0)
+    leader.call(asyncio.sleep(0), timeout_s=10)  # returns once the loop runs again
+
+    assert leader.coordinator.is_leader
+    assert leader.coordinator.metrics.registry.get_sample_value("multikafka_elections_total") == 1
+    assert standby.coordinator.metrics.registry.get_sample_value("multikafka_elections_total") == 0
+    assert not standby.coordinator.is_leader

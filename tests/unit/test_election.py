@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -95,7 +96,16 @@ def metric(metrics: Metrics, name: str) -> float:
 class Node:
     """One replica: its election, metrics, fake clock, and what its callbacks saw."""
 
-    def __init__(self, etcd: FakeEtcd, name: str, *, ttl_s: float, deposed_raises: int) -> None:
+    def __init__(
+        self,
+        etcd: FakeEtcd,
+        name: str,
+        *,
+        ttl_s: float,
+        deposed_raises: int,
+        clock: Callable[[], float] | None = None,
+        keeper: bool = False,
+    ) -> None:
         self.etcd = etcd
         self.clock = FakeClock()
         self.metrics = Metrics()
@@ -113,7 +123,9 @@ class Node:
             metrics=self.metrics,
             on_elected=self._on_elected,
             on_deposed=self._on_deposed,
-            clock=self.clock,
+            clock=clock or self.clock,
+            # The keeper's own client: the same fake, called from its thread.
+            renewal_etcd=(lambda: etcd) if keeper else None,  # type: ignore[arg-type,return-value]
         )
         self.task: asyncio.Task[None] | None = None
 
@@ -151,8 +163,18 @@ MakeNode = Callable[..., Node]
 async def replicas() -> AsyncIterator[MakeNode]:
     made: list[Node] = []
 
-    def make(etcd: FakeEtcd, name: str, *, ttl_s: float = TTL, deposed_raises: int = 0) -> Node:
-        node = Node(etcd, name, ttl_s=ttl_s, deposed_raises=deposed_raises)
+    def make(
+        etcd: FakeEtcd,
+        name: str,
+        *,
+        ttl_s: float = TTL,
+        deposed_raises: int = 0,
+        clock: Callable[[], float] | None = None,
+        keeper: bool = False,
+    ) -> Node:
+        node = Node(
+            etcd, name, ttl_s=ttl_s, deposed_raises=deposed_raises, clock=clock, keeper=keeper
+        )
         made.append(node)
         return node
 
@@ -629,3 +651,51 @@ async def test_resign_frees_the_key_even_when_on_deposed_raises(replicas: MakeNo
     assert a.deposed == 1
     assert lease not in etcd._leases, "resign must free the lease even if on_deposed fails"
     assert etcd.kv(KEY) is None
+
+
+# -- renewals on their own thread ---------------------------------------------------
+
+
+def keeper_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "multikafka-lease-keeper"]
+
+
+@pytest.mark.parametrize("keeper", [True, False])
+async def test_a_busy_loop_costs_the_leadership_unless_a_keeper_renews(
+    replicas: MakeNode, keeper: bool
+) -> None:
+    """The loop is blocked (a large reconcile, say) for longer than the
+    leadership's validity (2/3 of the TTL, on the real clock): renewed on
+    the keeper's thread it still leads; renewed on the loop it does not."""
+    etcd = InstrumentedEtcd()
+    a = replicas(etcd, "a", ttl_s=0.6, clock=time.monotonic, keeper=keeper)
+    a.start()
+    await eventually_async(lambda: a.elected == 1, timeout_s=SOON)
+    before = etcd.refreshes
+    time.sleep(1.0)  # blocks the event loop itself: nothing an eventually could wait on
+    assert a.election.is_leader is keeper
+    if keeper:
+        assert etcd.refreshes >= before + 3, "the keeper renews while the loop is blocked"
+        assert a.deposed == 0
+
+
+async def test_a_keeper_that_finds_the_lease_gone_deposes_the_leader(
+    replicas: MakeNode,
+) -> None:
+    etcd = InstrumentedEtcd()
+    a = replicas(etcd, "a", ttl_s=LOOP_TTL, keeper=True)
+    a.start()
+    await eventually_async(lambda: a.elected == 1, timeout_s=SOON)
+    assert len(keeper_threads()) == 1
+    lease = lease_of(etcd, KEY)
+    assert lease is not None
+    etcd.expire_lease(lease)
+    await eventually_async(lambda: a.deposed == 1, timeout_s=SOON)
+    assert a.metric("multikafka_lease_renewals_failed_total") >= 1
+    # It campaigns again and wins a new term, with a new keeper for it.
+    await eventually_async(lambda: a.elected == 2, timeout_s=SOON)
+    await eventually_async(lambda: len(keeper_threads()) == 1, timeout_s=SOON)
+    a.election.resign()
+    assert a.task is not None
+    await asyncio.wait_for(a.task, 2.0)
+    await eventually_async(lambda: keeper_threads() == [], timeout_s=SOON)
