@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
 from itertools import groupby
 
 import pyarrow as pa
@@ -45,11 +47,15 @@ class ReaderAgent:
         factory: RangeReaderFactory = kafka_reader,
         idle_timeout_s: float = 120.0,
         heartbeat_interval_s: float = 2.0,
+        concurrent_clusters: bool = True,
     ) -> None:
         self.agent_id = agent_id or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._factory = factory
         self.idle_timeout_s = idle_timeout_s
         self._heartbeat_s = heartbeat_interval_s
+        #: Whether a task's clusters are read at the same time (one thread
+        #: per cluster beyond the first), so their fetch waits overlap.
+        self.concurrent_clusters = concurrent_clusters
         self._lock = threading.RLock()
         self._subs: dict[Key, SubReader] = {}
         self._stats: dict[Key, SubReaderStats] = {}
@@ -79,12 +85,78 @@ class ReaderAgent:
                 extra={"generation": task.generation},
             )
         ranges = sorted(task.ranges, key=lambda r: r.cluster)
+        clusters = [(c, list(g)) for c, g in groupby(ranges, key=lambda r: r.cluster)]
         try:
-            for cluster, group in groupby(ranges, key=lambda r: r.cluster):
-                yield from self._read_cluster(task, cluster, list(group), report)
+            if len(clusters) > 1 and self.concurrent_clusters:
+                yield from self._read_clusters_at_once(task, clusters, report)
+            else:
+                for cluster, group in clusters:
+                    yield from self._read_cluster(task, cluster, group, report)
         finally:
             if link is not None and (report.marks or report.abandoned):
                 link.report(report)
+
+    def _read_clusters_at_once(
+        self,
+        task: ReadTask,
+        clusters: list[tuple[str, list[RangeSpec]]],
+        report: reader_pb2.ReportReadsRequest,
+    ) -> Iterator[pa.RecordBatch]:
+        """Read each cluster's ranges on a thread of its own and yield their
+        batches as they come: one cluster's fetch wait no longer adds to
+        another's. At most a few batches per cluster wait to be taken. When
+        the caller stops early (or a cluster fails), the other clusters'
+        reads stop at their next batch or poll, and release their
+        sub-readers before this returns."""
+        done = threading.Event()
+        slots = threading.Semaphore(2 * len(clusters))
+        out: queue.SimpleQueue[pa.RecordBatch | _Ended] = queue.SimpleQueue()
+        reports = [reader_pb2.ReportReadsRequest() for _ in clusters]
+
+        def pump(
+            cluster: str, ranges: list[RangeSpec], mine: reader_pb2.ReportReadsRequest
+        ) -> None:
+            error: BaseException | None = None
+            batches = self._read_cluster(task, cluster, ranges, mine, cancelled=done.is_set)
+            try:
+                for batch in batches:
+                    while not slots.acquire(timeout=0.05):
+                        if done.is_set():
+                            return
+                    out.put(batch)
+                    if done.is_set():
+                        return
+            except BaseException as exc:
+                error = exc
+            finally:
+                batches.close()  # releases the sub-reader, reports what was read
+                out.put(_Ended(error))
+
+        threads = [
+            threading.Thread(
+                target=pump, args=(c, r, mine), name=f"multikafka-read-{c}", daemon=True
+            )
+            for (c, r), mine in zip(clusters, reports, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            running = len(threads)
+            while running:
+                item = out.get()
+                if isinstance(item, _Ended):
+                    running -= 1
+                    if item.error is not None:
+                        raise item.error
+                    continue
+                slots.release()
+                yield item
+        finally:
+            done.set()
+            for t in threads:
+                t.join()
+            for mine in reports:
+                report.MergeFrom(mine)
 
     def _read_cluster(
         self,
@@ -92,22 +164,31 @@ class ReaderAgent:
         cluster: str,
         ranges: list[RangeSpec],
         report: reader_pb2.ReportReadsRequest,
-    ) -> Iterator[pa.RecordBatch]:
+        *,
+        cancelled: Callable[[], bool] = lambda: False,
+    ) -> Generator[pa.RecordBatch, None, None]:
+        """Read ``ranges`` of one cluster. ``cancelled``: the task stopped
+        (another cluster failed, or Spark stopped reading): the reader gives
+        up its ranges, which are not reported as abandoned."""
         key = (task.stream, cluster)
         sub = self._acquire(key, task)
         outcome = ReadOutcome()
         try:
             for round_ in _rounds(ranges):
+                if cancelled():
+                    break
                 for cols in sub.reader.read(
                     [TopicPartitionRange(r.topic, r.partition, r.start, r.until) for r in round_],
                     outcome,
                     include_headers=task.include_headers,
                     fail_on_data_loss=task.fail_on_data_loss,
-                    should_abandon=lambda: self._gone(key, task.generation),
+                    should_abandon=lambda: cancelled() or self._gone(key, task.generation),
                 ):
                     yield record_batch(cols, cluster, include_headers=task.include_headers)
         finally:
             self._release(sub)
+            if cancelled():  # the task stopped: nothing was abandoned
+                outcome.abandoned.clear()
             with self._lock:
                 stats = self._stats.get(key)  # gone if the cluster was removed meanwhile
                 if stats is not None:
@@ -278,6 +359,13 @@ class ReaderAgent:
             self._links.clear()
         for link in links:
             link.close()
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """A cluster's read ended (with the error that ended it, if any)."""
+
+    error: BaseException | None
 
 
 def _rounds(ranges: list[RangeSpec]) -> Iterator[list[RangeSpec]]:

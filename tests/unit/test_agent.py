@@ -502,3 +502,94 @@ def test_read_task_repr_hides_connections() -> None:
     t = task(rng("a", 0, 5), clusters={"a": conn("a", **{"sasl.password": "hunter2"})})
     assert "hunter2" not in repr(t)
     assert "a/t/0[0,5)" in repr(t)
+
+
+# -- a task's clusters are read at the same time -----------------------------------------
+
+
+class GatedReader(FakeReader):
+    """Cluster "a"'s reader: before its records it waits for ``gate`` (a slow
+    fetch; 3 s at most), asking should_abandon while it waits; or fails when
+    told to."""
+
+    gate = threading.Event()
+    fail: Exception | None = None
+
+    def read(
+        self,
+        ranges: Sequence[TopicPartitionRange],
+        outcome: ReadOutcome,
+        *,
+        include_headers: bool,
+        fail_on_data_loss: bool,
+        should_abandon: Callable[[], bool],
+    ) -> Iterator[Columns]:
+        if self.connection.cluster == "a":
+            if self.fail is not None:
+                raise self.fail
+            deadline = time.monotonic() + 3.0  # a test that expects no wait fails, not hangs
+            while not self.gate.wait(0.01) and time.monotonic() < deadline:
+                if should_abandon():
+                    outcome.abandoned.extend(ranges)
+                    return
+        yield from super().read(
+            ranges,
+            outcome,
+            include_headers=include_headers,
+            fail_on_data_loss=fail_on_data_loss,
+            should_abandon=should_abandon,
+        )
+
+
+@pytest.fixture
+def gated() -> Iterator[ReaderAgent]:
+    GatedReader.gate = threading.Event()
+    GatedReader.fail = None
+    a = ReaderAgent(agent_id="gated", factory=GatedReader, idle_timeout_s=3600)
+    yield a
+    GatedReader.gate.set()
+    a.close()
+
+
+def read_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("multikafka-read-")]
+
+
+def test_a_slow_cluster_does_not_hold_back_another(gated: ReaderAgent) -> None:
+    """Cluster b's records come while cluster a still waits for its fetch
+    (read one after the other, b would wait for a)."""
+    it = gated.read(task(rng("a", 0, 2), rng("b", 0, 3)))
+    first = next(it)
+    assert first.column("cluster").to_pylist() == ["b"] * 3
+    GatedReader.gate.set()
+    assert offsets_read([first, *it]) == {"a/t/0": [0, 1], "b/t/0": [0, 1, 2]}
+    assert read_threads() == []
+    assert all(s.in_use == 0 for s in gated._subs.values())
+    assert {c: s.records_read for c, s in stats(gated).items()} == {"a": 2, "b": 3}
+
+
+def test_read_one_after_the_other_when_not_concurrent(gated: ReaderAgent) -> None:
+    gated.concurrent_clusters = False
+    GatedReader.gate.set()
+    batches = list(gated.read(task(rng("b", 0, 3), rng("a", 0, 2))))
+    assert [b.column("cluster")[0].as_py() for b in batches] == ["a", "b"]
+
+
+def test_stopping_early_stops_every_clusters_read_without_abandoning(gated: ReaderAgent) -> None:
+    """Spark stops reading the task while cluster a waits: a's read gives up
+    at its next poll, every sub-reader is released, and nothing counts as
+    abandoned (the task stopped; its ranges were not given up)."""
+    it = gated.read(task(rng("a", 0, 2), rng("b", 0, 3)))
+    next(it)
+    it.close()
+    assert read_threads() == []
+    assert all(s.in_use == 0 for s in gated._subs.values())
+    assert {c: s.abandoned_ranges for c, s in stats(gated).items()} == {"a": 0, "b": 0}
+
+
+def test_a_failing_cluster_fails_the_task_and_stops_the_others(gated: ReaderAgent) -> None:
+    GatedReader.fail = RuntimeError("cluster a broke")
+    with pytest.raises(RuntimeError, match="cluster a broke"):
+        list(gated.read(task(rng("a", 0, 2), rng("b", 0, 3))))
+    assert read_threads() == []
+    assert all(s.in_use == 0 for s in gated._subs.values())
