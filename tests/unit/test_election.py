@@ -672,7 +672,7 @@ async def test_a_busy_loop_costs_the_leadership_unless_a_keeper_renews(
     a.start()
     await eventually_async(lambda: a.elected == 1, timeout_s=SOON)
     before = etcd.refreshes
-    time.sleep(1.0)  # blocks the event loop itself: nothing an eventually could wait on
+    time.sleep(1.0)  # noqa: ASYNC251 -- blocking the event loop is what this tests
     assert a.election.is_leader is keeper
     if keeper:
         assert etcd.refreshes >= before + 3, "the keeper renews while the loop is blocked"
