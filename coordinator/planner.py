@@ -10,6 +10,9 @@ next micro-batch:
   the other clusters are not held up);
 * a DRAINING cluster's splits stop at the offsets captured when draining began
   and retire once reached; FAILED, STANDBY and removed clusters' splits retire;
+* a cluster with a stopping position (``stopping`` in the stream document) is
+  never planned past its stop offsets: a split that reached its stop simply
+  has no more data (it stays in the vector);
 * a split seen for the first time enters at its starting offset (resolved by
   the service: earliest, the cluster's starting position, or a translation
   from the failed cluster it replaces) and advances from the next batch on;
@@ -49,6 +52,8 @@ RETIRED = (
     "drained",
 )
 _REMOVED, _TOPIC, _FAILED, _STANDBY, _DRAINED = 1, 2, 3, 4, 5
+#: Why the splits of a cluster removed from the stream left the vector.
+CLUSTER_REMOVED = RETIRED[_REMOVED]
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class ClusterSnapshot:
     latest: SplitOffsets = field(default_factory=lambda: EMPTY)
     #: End offsets captured when the cluster began DRAINING (None: not yet).
     drain: SplitOffsets | None = None
+    #: Stop offsets of the cluster's stopping position (None: no stop).
+    stop: SplitOffsets | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.splits, Splits):
@@ -76,6 +83,8 @@ class ClusterSnapshot:
         object.__setattr__(self, "latest", as_offsets(self.latest))
         if self.drain is not None:
             object.__setattr__(self, "drain", as_offsets(self.drain))
+        if self.stop is not None:
+            object.__setattr__(self, "stop", as_offsets(self.stop))
 
 
 @dataclass
@@ -166,6 +175,7 @@ def plan_end(
     frozen = np.zeros(n, dtype=bool)  # no new range this time
     high = np.full(n, -1, dtype=np.int64)  # high watermark, -1: none
     limit = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # drain end
+    stop = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # stopping offset
     bounds = splits.bounds()
     for cid in splits.clusters():
         where = splits.cluster_slice(cid)
@@ -180,10 +190,15 @@ def plan_end(
                 retired[bounds[g] : bounds[g + 1]] = _TOPIC
         if code:
             continue
+        if snap.stop is not None and len(snap.stop):
+            at, found = snap.stop.positions_of(splits, where)
+            stop[where] = np.where(found, snap.stop.offsets[at], stop[where])
         draining = snap.state is ClusterState.DRAINING
         if draining and snap.drain is not None:
             at, found = snap.drain.positions_of(splits, where)
             ends = np.where(found, snap.drain.offsets[at] if len(snap.drain) else 0, -1)
+            # A stop below the drain end ends the drain there.
+            ends = np.where(found, np.minimum(ends, stop[where]), ends)
             done = (~found | (pos[where] >= ends)) & (retired[where] == 0)
             retired[where] = np.where(done, _DRAINED, retired[where])
             limit[where] = np.where(found, ends, limit[where])
@@ -212,6 +227,7 @@ def plan_end(
                         f"{text}; set failOnDataLoss=false to skip lost data and go on"
                     )
                 plan.data_loss[s] = text
+    limit = np.minimum(limit, stop)
     target = np.minimum(high, limit)
     if cap is not None:
         target = np.minimum(target, as_offsets(cap).values_at(splits, pos))
@@ -222,11 +238,22 @@ def plan_end(
     for code in np.unique(retired[~live]).tolist():
         for s in splits.select(retired == code).ids():
             plan.retired[s] = RETIRED[code]
-    _account(plan, splits, pos, end, high, keep)
+    _account(plan, splits, pos, end, np.where(high >= 0, np.minimum(high, stop), high), keep)
     entered = _entering(held, clusters, as_offsets(entry), cap)
     plan.entered = entered.splits.ids()
     plan.end = SplitOffsets.union([SplitOffsets(splits.select(keep), end[keep]), entered])
     return plan
+
+
+def cap_at_stops(offsets: SplitOffsets, stops: SplitOffsets) -> SplitOffsets:
+    """``offsets`` with every split that has a stop offset held at or below it."""
+    if not len(stops) or not len(offsets):
+        return offsets
+    at, found = stops.positions_of(offsets.splits)
+    if not found.any():
+        return offsets
+    capped = np.where(found, np.minimum(offsets.offsets, stops.offsets[at]), offsets.offsets)
+    return SplitOffsets(offsets.splits, capped)
 
 
 def _entering(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from itertools import repeat
@@ -21,9 +22,18 @@ import grpc
 import numpy as np
 
 from coordinator.assignment import DEFAULT_MAX_RECORDS, Range, cut_ranges
+from coordinator.entry import Resumed
 from coordinator.leader import LeaderDuties
-from coordinator.planner import ClusterSnapshot, EndPlan, new_split_set, plan_end
+from coordinator.planner import (
+    CLUSTER_REMOVED,
+    ClusterSnapshot,
+    EndPlan,
+    cap_at_stops,
+    new_split_set,
+    plan_end,
+)
 from coordinator.rpc import unary
+from coordinator.stopping import stop_offsets, stops_of_clusters
 from coordinator.stream_state import StreamView
 from multikafka_core import offsets as ov
 from multikafka_core.exceptions import (
@@ -104,6 +114,13 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             if mask.any():
                 parts.extend(await _lookup_all(d, view, splits.select(mask), query))
         out = SplitOffsets.union(parts)
+        # No position lies past a cluster's stop: a batch read ending at
+        # "latest" ends there, a query starting at "latest" has nothing left.
+        clients = {cc.cluster: cc for cc in readable}
+        try:
+            out = cap_at_stops(out, await stops_of_clusters(d.discovery, view, clients, out.splits))
+        except UnavailableError as exc:
+            raise UnavailableError(f"stream {view.name!r}: stopping offsets: {exc}") from exc
         if request.columnar:
             return planner_pb2.ResolveOffsetsResponse(
                 offsets_columns=ov.to_columns(out), generation=view.generation
@@ -147,12 +164,24 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         snapshots = await snapshots_of(d, view, start)
         new = new_split_set(start, snapshots)
         abandoned = {}
+        left: dict[str, SplitOffsets] = {}
+        now_ms = int(time.time() * 1000)
         progress = d.queries.get(query_id)
         if progress is not None:
             abandoned = progress.abandoned
-        entry, translations = (
-            await d.entry.resolve(view, start, new.ids(), abandoned) if len(new) else ({}, [])
+            await d.queries.forget_held(query_id, start, set(view.spec.clusters))
+            left = progress.resumable(view.spec.retention_ms, now_ms)
+        new_ids = new.ids()
+        resumed = (
+            await d.entry.resume(view, new_ids, left, fail_on_data_loss=request.fail_on_data_loss)
+            if left and new_ids
+            else Resumed()
         )
+        rest = [s for s in new_ids if s not in resumed.claimed] if resumed.claimed else new_ids
+        entry, translations = (
+            await d.entry.resolve(view, start, rest, abandoned) if rest else ({}, [])
+        )
+        entry.update(resumed.entry)
         plan = plan_end(
             start,
             snapshots,
@@ -161,7 +190,10 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             cap=cap if len(cap) else None,
             fail_on_data_loss=request.fail_on_data_loss,
         )
+        plan.data_loss.update(resumed.data_loss)
         _account(d, view, plan, snapshots)
+        await _remember_removed(d, view, query_id, start, plan.retired, now_ms)
+        _note_resumed(d, view, query_id, resumed, plan.entered)
         for t in translations:
             d.history.record(
                 view.name,
@@ -277,7 +309,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         query_id = validate_id(request.query_id, "query_id", required=True)
         group_id = validate_id(request.group_id, "group_id")
         end = _vector(request, "end")
-        await d.queries.commit(query_id, view.name, end)
+        await d.queries.commit(query_id, view.name, end, retention_ms=view.spec.retention_ms)
         if group_id:
             await _commit_groups(d, view, group_id, end)
         return planner_pb2.CommitResponse()
@@ -377,11 +409,12 @@ async def snapshots_of(
             ask = Splits.union([known, held.select(keep)])
         try:
             latest = await _lookup(cc, d, ask, OffsetQuery.latest())
+            stop = await stop_offsets(d.discovery, view, cc, ask)
         except UnavailableError:
             d.metrics.reachable.labels(view.name, cid).set(0)
             return cid, ClusterSnapshot(spec.state, topics, False, known, drain=drain)
         d.metrics.reachable.labels(view.name, cid).set(1)
-        return cid, ClusterSnapshot(spec.state, topics, True, known, latest, drain)
+        return cid, ClusterSnapshot(spec.state, topics, True, known, latest, drain, stop)
 
     return dict(await asyncio.gather(*(one(cid) for cid in view.spec.clusters)))
 
@@ -394,6 +427,45 @@ def _account(
     for cid, snap in snaps.items():
         if snap.reachable and snap.state.readable:
             d.metrics.lag.labels(view.name, cid).set(plan.lag.get(cid, 0))
+
+
+async def _remember_removed(
+    d: LeaderDuties,
+    view: StreamView,
+    query_id: str,
+    start: SplitOffsets,
+    retired: Mapping[str, str],
+    now_ms: int,
+) -> None:
+    """Remember where the query leaves the splits of clusters removed from
+    the stream (for as long as the stream's retention says; 0: not at all)."""
+    gone = [s for s, why in retired.items() if why == CLUSTER_REMOVED]
+    if gone and view.spec.retention_ms > 0:
+        await d.queries.remember_removed(query_id, view.name, {s: start[s] for s in gone}, now_ms)
+
+
+def _note_resumed(
+    d: LeaderDuties, view: StreamView, query_id: str, resumed: Resumed, entered: list[str]
+) -> None:
+    """One history entry per cluster added back whose splits resume where
+    the query left them."""
+    by_cluster: dict[str, list[str]] = defaultdict(list)
+    for s in entered:
+        if s in resumed.entry:
+            by_cluster[SplitId.parse(s).cluster].append(s)
+    for cid, splits in sorted(by_cluster.items()):
+        shown_ = ", ".join(f"{s}@{resumed.entry[s]}" for s in splits[:SHOWN_SPLITS])
+        more = ", ..." if len(splits) > SHOWN_SPLITS else ""
+        d.history.record(
+            view.name,
+            "resumed",
+            cluster=cid,
+            detail=(
+                f"query {query_id}: {len(splits)} split(s) of a cluster added back resume "
+                f"where the query left them: {shown_}{more}"
+            ),
+            generation=view.generation,
+        )
 
 
 def _note_retired(

@@ -63,6 +63,36 @@ class StartingPosition:
         return str(self.kind.value)
 
 
+@dataclass(frozen=True)
+class StoppingPosition:
+    """Where a cluster's reading stops (Flink's per-cluster stopping offsets):
+    exact offsets per partition, or the first record at/after a time. The
+    coordinator never plans a split of the cluster past its stop."""
+
+    #: ``((topic, partition), offset)`` pairs, sorted: the first offset *not*
+    #: read of each named partition (partitions not named are not stopped).
+    offsets: tuple[tuple[tuple[str, int], int], ...] = ()
+    #: Record time (ms since the epoch): each partition stops before its first
+    #: record at or after it (offsets-for-times). ``None`` with :attr:`offsets`.
+    timestamp_ms: int | None = None
+
+    def split_offsets(self, cluster: str) -> dict[str, int]:
+        """``{split id: stop}`` of the named partitions of ``cluster``."""
+        return {f"{cluster}/{t}/{p}": o for (t, p), o in self.offsets}
+
+    def to_document(self) -> dict[str, Any]:
+        if self.timestamp_ms is not None:
+            return {"timestamp": self.timestamp_ms}
+        return {"offsets": {f"{t}/{p}": o for (t, p), o in self.offsets}}
+
+    def describe(self) -> str:
+        """One line for people: ``at 2 offsets`` or ``at time 1767225600000``."""
+        if self.timestamp_ms is not None:
+            return f"stops at time {self.timestamp_ms} ms"
+        n = len(self.offsets)
+        return f"stops at {n} partition offset{'s' if n != 1 else ''}"
+
+
 class Connection(NamedTuple):
     """How to reach one cluster: what a client needs, and its digest."""
 
@@ -101,6 +131,8 @@ class ClusterSpec:
     #: Where this cluster's splits start when a running query first sees them
     #: (default: earliest, so nothing added mid-query is missed).
     starting: StartingPosition | None = None
+    #: Where this cluster's reading stops (None: it does not).
+    stopping: StoppingPosition | None = None
 
     def connection(self, cluster_id: str) -> Connection:
         return Connection(cluster_id, self.bootstrap_servers, self.properties)
@@ -115,6 +147,8 @@ class ClusterSpec:
         }
         if self.starting is not None:
             doc["starting"] = self.starting.to_document()
+        if self.stopping is not None:
+            doc["stopping"] = self.stopping.to_document()
         return doc
 
 
@@ -127,6 +161,9 @@ class FailoverStrategy(str, enum.Enum):
 
 #: How far back a timestamp failover starts, unless told otherwise.
 DEFAULT_MARGIN_MS = 30_000
+#: How long a query remembers where it left a cluster removed from its
+#: stream, unless the stream says otherwise (7 days).
+DEFAULT_REMOVED_CLUSTER_RETENTION_MS = 7 * 24 * 3_600_000
 
 
 @dataclass(frozen=True)
@@ -156,6 +193,17 @@ class StreamSpec:
     name: str
     clusters: Mapping[str, ClusterSpec]
     auto_failover: AutoFailover | None = None
+    #: How long each query remembers where it left a cluster removed from the
+    #: stream (ms); a cluster added back within it resumes there. ``None``:
+    #: :data:`DEFAULT_REMOVED_CLUSTER_RETENTION_MS`; 0 forgets at once.
+    removed_cluster_retention_ms: int | None = None
+
+    @property
+    def retention_ms(self) -> int:
+        """The removed-cluster retention in force (the default if not set)."""
+        if self.removed_cluster_retention_ms is None:
+            return DEFAULT_REMOVED_CLUSTER_RETENTION_MS
+        return self.removed_cluster_retention_ms
 
     def to_document(self, *, redact: bool = True) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -166,6 +214,8 @@ class StreamSpec:
         }
         if self.auto_failover is not None:
             doc["auto_failover"] = self.auto_failover.to_document()
+        if self.removed_cluster_retention_ms is not None:
+            doc["removed_cluster_retention_ms"] = self.removed_cluster_retention_ms
         return doc
 
     def to_json(self, *, redact: bool = True) -> str:

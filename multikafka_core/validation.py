@@ -23,6 +23,7 @@ from multikafka_core.model import (
     FailoverStrategy,
     StartingPosition,
     StartKind,
+    StoppingPosition,
     StreamSpec,
 )
 
@@ -40,8 +41,10 @@ MAX_DEPTH = 64
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$")
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h)?$")
-_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1}
+_DURATION = re.compile(r"^(\d+)(ms|s|m|h|d)?$")
+_DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+#: ``topic/partition``, the key of a cluster's stopping offsets.
+_TOPIC_PARTITION = re.compile(r"^(.+)/(0|[1-9][0-9]*)$")
 
 #: Properties multikafka sets itself; a document may not override them.
 _RESERVED_PROPERTIES = {
@@ -50,8 +53,10 @@ _RESERVED_PROPERTIES = {
     "enable.auto.offset.store": "multikafka commits offsets only after Spark commits a batch",
 }
 
-_STREAM_FIELDS = {"name", "clusters", "auto_failover"}
-_CLUSTER_FIELDS = {"bootstrap_servers", "topics", "properties", "state", "starting"}
+_RETENTION_KEYS = ("removed_cluster_retention", "removed_cluster_retention_ms")
+_STREAM_FIELDS = {"name", "clusters", "auto_failover", *_RETENTION_KEYS}
+_CLUSTER_FIELDS = {"bootstrap_servers", "topics", "properties", "state", "starting", "stopping"}
+_STOPPING_FIELDS = {"offsets", "timestamp"}
 _FAILOVER_FIELDS = {
     "standby",
     "unreachable_after_ms",
@@ -94,7 +99,7 @@ def validate_id(value: str, field: str, *, required: bool = False) -> str:
 
 
 def parse_duration_ms(value: object, field: str) -> int:
-    """``1500``, ``"1500ms"``, ``"30s"``, ``"2m"``, ``"1h"`` -> milliseconds."""
+    """``1500``, ``"1500ms"``, ``"30s"``, ``"2m"``, ``"1h"``, ``"7d"`` -> milliseconds."""
     if isinstance(value, bool):
         raise ValidationError(field, "must be a duration such as 30s or 500ms, got a boolean")
     ms: int | None = None
@@ -169,7 +174,24 @@ def parse_stream(doc: object, *, expected_name: str | None = None) -> StreamSpec
     auto = None
     if obj.get("auto_failover") is not None:
         auto = _parse_auto_failover(obj["auto_failover"], clusters)
-    return StreamSpec(name=name, clusters=clusters, auto_failover=auto)
+    return StreamSpec(
+        name=name,
+        clusters=clusters,
+        auto_failover=auto,
+        removed_cluster_retention_ms=_parse_retention(obj),
+    )
+
+
+def _parse_retention(obj: Mapping[str, Any]) -> int | None:
+    """``removed_cluster_retention`` (a duration) or ``..._ms``; not both."""
+    given = [k for k in _RETENTION_KEYS if obj.get(k) is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise ValidationError(
+            given[1], f"give either {given[0]} or {given[1]}, not both (they set the same window)"
+        )
+    return parse_duration_ms(obj[given[0]], given[0])
 
 
 def _parse_cluster(doc: object, path: str) -> ClusterSpec:
@@ -183,7 +205,10 @@ def _parse_cluster(doc: object, path: str) -> ClusterSpec:
     starting = None
     if obj.get("starting") is not None:
         starting = parse_starting(obj["starting"], f"{path}.starting")
-    return ClusterSpec(bootstrap, topics, properties, state, starting)
+    stopping = None
+    if obj.get("stopping") is not None:
+        stopping = parse_stopping(obj["stopping"], f"{path}.stopping", topics)
+    return ClusterSpec(bootstrap, topics, properties, state, starting, stopping)
 
 
 def _parse_bootstrap(value: object, field: str) -> str:
@@ -264,6 +289,56 @@ def parse_starting(value: object, field: str) -> StartingPosition:
         field,
         f'must be "earliest", "latest" or {{"timestamp": <ms since epoch>}}, got {shown(value)}',
     )
+
+
+def parse_stopping(value: object, field: str, topics: tuple[str, ...]) -> StoppingPosition:
+    """``{"offsets": {"<topic>/<partition>": <offset>, ...}}`` (of the
+    cluster's ``topics``) or ``{"timestamp": <ms>}``."""
+    shape = (
+        'must be {"offsets": {"<topic>/<partition>": <offset>, ...}} or '
+        '{"timestamp": <ms since epoch>}'
+    )
+    if not isinstance(value, dict):
+        raise ValidationError(field, f"{shape}, got {_type(value)}")
+    _object(value, field, _STOPPING_FIELDS)
+    if len(value) != 1:
+        raise ValidationError(field, f"{shape}: give exactly one of offsets or timestamp")
+    if "timestamp" in value:
+        ts = value["timestamp"]
+        if isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+            raise ValidationError(
+                f"{field}.timestamp",
+                f"must be milliseconds since the epoch (>= 0), got {shown(ts)}",
+            )
+        return StoppingPosition(timestamp_ms=validate_ms(ts, f"{field}.timestamp"))
+    offsets_doc = _object(value["offsets"], f"{field}.offsets")
+    if not offsets_doc:
+        raise ValidationError(
+            f"{field}.offsets", "must name at least one partition (or leave out stopping)"
+        )
+    stops: dict[tuple[str, int], int] = {}
+    for key, offset in offsets_doc.items():
+        where = f"{field}.offsets.{key}"
+        m = _TOPIC_PARTITION.fullmatch(key)
+        if m is None or int(m.group(2)) >= 2**31:
+            raise ValidationError(
+                where, "keys are '<topic>/<partition>' with a partition like 0, 7, 12"
+            )
+        topic, partition = m.group(1), int(m.group(2))
+        if topic not in topics:
+            raise ValidationError(
+                where,
+                f"topic {shown(topic)} is not one of this cluster's topics "
+                f"({', '.join(topics)}); add it to topics or fix the key",
+            )
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValidationError(
+                where, f"must be an offset (a whole number >= 0), got {shown(offset)}"
+            )
+        if offset > MAX_MS:
+            raise ValidationError(where, f"is {offset:,}; offsets fit int64 (at most {MAX_MS:,})")
+        stops[(topic, partition)] = offset
+    return StoppingPosition(offsets=tuple(sorted(stops.items())))
 
 
 def _parse_auto_failover(doc: object, clusters: Mapping[str, ClusterSpec]) -> AutoFailover:

@@ -19,6 +19,7 @@ from multikafka.cli.watch import watch
 from multikafka_core import env
 from multikafka_core.admin_client import AdminClient
 from multikafka_core.exceptions import MultikafkaError
+from multikafka_core.model import DEFAULT_REMOVED_CLUSTER_RETENTION_MS
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import admin_pb2
 from multikafka_core.validation import parse_duration_ms
@@ -170,18 +171,24 @@ def run(fn: Any) -> Any:
 
 
 def _render_stream(info: admin_pb2.StreamInfo) -> None:
+    doc = json.loads(info.document_json)
+    retention = doc.get("removed_cluster_retention_ms", DEFAULT_REMOVED_CLUSTER_RETENTION_MS)
     table = Table(
-        title=f"stream {info.name} (version {info.version}, generation {info.generation})"
+        title=f"stream {info.name} (version {info.version}, generation {info.generation}; "
+        f"removed clusters remembered {_duration(retention)})"
     )
     for col in ("cluster", "state", "reachable", "partitions", "note"):
         table.add_column(col)
-    doc = json.loads(info.document_json)
     for c in info.clusters:
-        note = (
+        notes = [
             c.error
             if not c.reachable
             else (f"draining to {len(c.drain_offsets)} end offsets" if c.drain_offsets else "")
-        )
+        ]
+        stopping = doc["clusters"].get(c.cluster, {}).get("stopping")
+        if stopping is not None:
+            notes.append(_stopping_note(stopping))
+        note = "; ".join(n for n in notes if n)
         bootstrap = doc["clusters"].get(c.cluster, {}).get("bootstrap_servers", "")
         table.add_row(
             f"{c.cluster} ({bootstrap})",
@@ -191,6 +198,23 @@ def _render_stream(info: admin_pb2.StreamInfo) -> None:
             note,
         )
     console.print(table)
+
+
+def _stopping_note(stopping: dict[str, Any]) -> str:
+    """``stops at time 1767225600000 ms`` or ``stops at orders/0@1200, orders/1@980``."""
+    if "timestamp" in stopping:
+        return f"stops at time {stopping['timestamp']} ms"
+    offsets = sorted(stopping.get("offsets", {}).items())
+    shown = ", ".join(f"{tp}@{o}" for tp, o in offsets[:5])
+    return f"stops at {shown}" + (f" (+{len(offsets) - 5} more)" if len(offsets) > 5 else "")
+
+
+def _duration(ms: int) -> str:
+    """``604800000`` -> ``7d``; the largest unit that divides it exactly."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
 
 
 def _render_streams(infos: list[admin_pb2.StreamInfo]) -> None:

@@ -8,10 +8,16 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from coordinator.planner import ClusterSnapshot, allocate, new_splits, plan_end
+from coordinator.planner import (
+    ClusterSnapshot,
+    allocate,
+    cap_at_stops,
+    new_splits,
+    plan_end,
+)
 from multikafka_core.exceptions import DataLossError
 from multikafka_core.model import ClusterState, SplitId
-from multikafka_core.offsets import NO_SPLITS, to_json
+from multikafka_core.offsets import NO_SPLITS, as_offsets, to_json
 
 ACTIVE = ClusterState.ACTIVE
 
@@ -24,6 +30,7 @@ def snap(
     reachable: bool = True,
     splits: Iterable[str] | None = None,
     drain: Mapping[str, int] | None = None,
+    stop: Mapping[str, int] | None = None,
 ) -> ClusterSnapshot:
     return ClusterSnapshot(
         state=state,
@@ -32,6 +39,7 @@ def snap(
         splits=frozenset(latest if splits is None else splits),
         latest=dict(latest),
         drain=drain,
+        stop=stop,
     )
 
 
@@ -469,6 +477,82 @@ def test_plan_is_deterministic() -> None:
     )
     assert reordered == plan
     assert sum(v for k, v in plan.end.items() if k in start) == 50
+
+
+# -- plan_end: stopping offsets --------------------------------------------------
+
+
+def test_stop_caps_the_end_and_unnamed_splits_read_on() -> None:
+    plan = plan_end(
+        {"a/t/0": 10, "a/t/1": 0, "b/t/0": 0},
+        {
+            "a": snap({"a/t/0": 50, "a/t/1": 50}, stop={"a/t/0": 30}),
+            "b": snap({"b/t/0": 50}),
+        },
+        {},
+    )
+    assert plan.end == {"a/t/0": 30, "a/t/1": 50, "b/t/0": 50}
+    assert plan.retired == {}
+
+
+@pytest.mark.parametrize("pos", [30, 45])
+def test_split_at_or_past_its_stop_has_no_more_data_and_stays(pos: int) -> None:
+    """A stopped split is not retired (nor data loss): it just gets no range,
+    and takes no share of the budget."""
+    plan = plan_end(
+        {"a/t/0": pos, "a/t/1": 0},
+        {"a": snap({"a/t/0": 50, "a/t/1": 50}, stop={"a/t/0": 30})},
+        {},
+        budget=10,
+    )
+    assert plan.end == {"a/t/0": pos, "a/t/1": 10}
+    assert plan.retired == {}
+    assert plan.data_loss == {}
+    assert plan.lag == {"a": 50}  # only a/t/1's records count as lag
+
+
+def test_stop_above_the_high_watermark_reads_to_the_watermark() -> None:
+    plan = plan_end({"a/t/0": 0}, {"a": snap({"a/t/0": 20}, stop={"a/t/0": 100})}, {})
+    assert plan.end == {"a/t/0": 20}
+
+
+def test_stop_with_budget_and_cap_takes_the_lowest() -> None:
+    clusters = {"a": snap({"a/t/0": 100, "a/t/1": 100}, stop={"a/t/0": 40, "a/t/1": 90})}
+    start = {"a/t/0": 0, "a/t/1": 0}
+    plan = plan_end(start, clusters, {}, cap={"a/t/0": 60, "a/t/1": 60})
+    assert plan.end == {"a/t/0": 40, "a/t/1": 60}
+    # Backlogs up to the stops, 40 and 90: a budget of 50 goes 15 and 35.
+    assert plan_end(start, clusters, {}, budget=50).end == {"a/t/0": 15, "a/t/1": 35}
+
+
+def test_new_split_enters_even_past_its_stop_and_reads_nothing() -> None:
+    clusters = {"a": snap({"a/t/0": 100}, stop={"a/t/0": 40})}
+    entered = plan_end({}, clusters, {"a/t/0": 70})
+    assert entered.end == {"a/t/0": 70}
+    assert plan_end(entered.end, clusters, {}).end == {"a/t/0": 70}
+
+
+def test_offsets_above_the_watermark_are_still_data_loss_with_a_stop() -> None:
+    with pytest.raises(DataLossError, match="went backwards"):
+        plan_end({"a/t/0": 80}, {"a": snap({"a/t/0": 50}, stop={"a/t/0": 40})}, {})
+
+
+def test_draining_cluster_with_a_lower_stop_drains_to_the_stop() -> None:
+    clusters = {
+        "d": snap(
+            {"d/t/0": 50}, state=ClusterState.DRAINING, drain={"d/t/0": 45}, stop={"d/t/0": 30}
+        )
+    }
+    assert plan_end({"d/t/0": 10}, clusters, {}).end == {"d/t/0": 30}
+    done = plan_end({"d/t/0": 30}, clusters, {})
+    assert done.retired == {"d/t/0": "drained"}
+
+
+def test_cap_at_stops() -> None:
+    offsets = as_offsets({"a/t/0": 100, "a/t/1": 5, "b/t/0": 100})
+    capped = cap_at_stops(offsets, as_offsets({"a/t/0": 40, "a/t/1": 40, "a/u/0": 1}))
+    assert capped == {"a/t/0": 40, "a/t/1": 5, "b/t/0": 100}
+    assert cap_at_stops(offsets, as_offsets({})) is offsets
 
 
 # -- plan_end: accounting -------------------------------------------------------

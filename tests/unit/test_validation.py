@@ -11,16 +11,19 @@ import pytest
 from multikafka_core._secrets import Properties
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.model import (
+    DEFAULT_REMOVED_CLUSTER_RETENTION_MS,
     AutoFailover,
     ClusterState,
     FailoverStrategy,
     StartingPosition,
     StartKind,
+    StoppingPosition,
     StreamSpec,
 )
 from multikafka_core.validation import (
     parse_duration_ms,
     parse_starting,
+    parse_stopping,
     parse_stream,
     parse_stream_json,
     validate_name,
@@ -482,6 +485,7 @@ def test_auto_failover_must_be_an_object() -> None:
         ("30s", 30_000),
         ("2m", 120_000),
         ("1h", 3_600_000),
+        ("7d", 604_800_000),
         (1500, 1500),
         ("1500", 1500),
         (0, 0),
@@ -493,7 +497,7 @@ def test_durations(value: object, ms: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["1.5s", "30 s", "-1s", "30S", "1d", "s", "", -1, 1.5, True, None, [30]]
+    "value", ["1.5s", "30 s", "-1s", "30S", "1w", "s", "", -1, 1.5, True, None, [30]]
 )
 def test_invalid_durations(value: object) -> None:
     with pytest.raises(ValidationError) as info:
@@ -576,7 +580,10 @@ def full_spec() -> StreamSpec:
     d["clusters"]["east"]["starting"] = {"timestamp": 1_700_000_000_000}
     d["clusters"]["west"]["state"] = "standby"
     d["clusters"]["west"]["starting"] = "latest"
+    d["clusters"]["east"]["stopping"] = {"offsets": {"orders/1": 980, "orders/0": 1200}}
+    d["clusters"]["west"]["stopping"] = {"timestamp": 1_767_225_600_000}
     d["auto_failover"] = {"standby": "west", "unreachable_after": "45s", "margin": "1m"}
+    d["removed_cluster_retention"] = "2h"
     return parse_stream(d)
 
 
@@ -672,3 +679,106 @@ def test_starting_timestamp_beyond_int64_is_refused() -> None:
 def test_json_null_is_not_an_object_not_too_deep() -> None:
     with pytest.raises(ValidationError, match="must be an object, got null"):
         parse_stream_json("null")
+
+
+# -- stopping positions and the removed-cluster retention ---------------------
+
+
+def test_stopping_offsets_and_timestamp() -> None:
+    spec = parse_stream(doc(stopping={"offsets": {"orders-eu/3": 7, "orders/0": 1200}}))
+    west = spec.clusters["west"]
+    assert west.stopping == StoppingPosition(offsets=((("orders", 0), 1200), (("orders-eu", 3), 7)))
+    assert west.stopping.split_offsets("west") == {"west/orders/0": 1200, "west/orders-eu/3": 7}
+    assert west.to_document()["stopping"] == {"offsets": {"orders/0": 1200, "orders-eu/3": 7}}
+    at = parse_stream(doc(stopping={"timestamp": 1_767_225_600_000})).clusters["west"]
+    assert at.stopping == StoppingPosition(timestamp_ms=1_767_225_600_000)
+    assert at.to_document()["stopping"] == {"timestamp": 1_767_225_600_000}
+    assert spec.clusters["east"].stopping is None
+    assert "stopping" not in spec.clusters["east"].to_document()
+
+
+def test_stopping_round_trips_through_canonical_json() -> None:
+    spec = full_spec()
+    text = spec.to_json(redact=False)
+    assert '"stopping": {"offsets": {"orders/0": 1200, "orders/1": 980}}' in text
+    assert '"removed_cluster_retention_ms": 7200000' in text
+    assert parse_stream_json(text) == spec
+
+
+@pytest.mark.parametrize(
+    ("stopping", "field", "says"),
+    [
+        ({"offsets": {"orders/0": -1}}, "offsets.orders/0", "whole number >= 0"),
+        ({"offsets": {"orders/0": 1.5}}, "offsets.orders/0", "whole number >= 0"),
+        ({"offsets": {"orders/0": True}}, "offsets.orders/0", "whole number >= 0"),
+        ({"offsets": {"orders/0": 2**63}}, "offsets.orders/0", "int64"),
+        ({"offsets": {"payments/0": 5}}, "offsets.payments/0", "not one of this cluster's"),
+        ({"offsets": {"orders": 5}}, "offsets.orders", "'<topic>/<partition>'"),
+        ({"offsets": {"orders/01": 5}}, "offsets.orders/01", "'<topic>/<partition>'"),
+        ({"offsets": {"orders/2147483648": 5}}, "offsets.orders/2147483648", "partition"),
+        ({"offsets": {}}, "offsets", "at least one partition"),
+        ({"offsets": [1]}, "offsets", "must be an object"),
+        ({"timestamp": -5}, "timestamp", ">= 0"),
+        ({"timestamp": "soon"}, "timestamp", "milliseconds since the epoch"),
+        ({"timestamp": 1, "offsets": {"orders/0": 1}}, "", "exactly one of offsets or timestamp"),
+        ({"until": 1}, "until", "unknown field; allowed: offsets, timestamp"),
+        ({}, "", "exactly one"),
+        ("latest", "", "must be {"),
+    ],
+)
+def test_bad_stopping_says_what_to_fix(stopping: object, field: str, says: str) -> None:
+    err = invalid(doc(stopping=stopping))
+    assert err.field == "clusters.west.stopping" + (f".{field}" if field else "")
+    assert says in err.problem
+
+
+def test_stopping_offsets_name_the_clusters_topics() -> None:
+    err = invalid(doc(stopping={"offsets": {"payments/0": 5}}))
+    assert "orders, orders-eu" in err.problem
+    assert parse_stopping({"offsets": {"o.v2/12": 3}}, "s", ("o.v2",)).offsets == (
+        (("o.v2", 12), 3),
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "ms"),
+    [
+        ({}, None),
+        ({"removed_cluster_retention": "7d"}, 604_800_000),
+        ({"removed_cluster_retention": "90m"}, 5_400_000),
+        ({"removed_cluster_retention_ms": 0}, 0),
+        ({"removed_cluster_retention_ms": 1500}, 1500),
+    ],
+)
+def test_removed_cluster_retention(given: dict[str, Any], ms: int | None) -> None:
+    spec = parse_stream({**README_DOC, **given})
+    assert spec.removed_cluster_retention_ms == ms
+    assert spec.retention_ms == (DEFAULT_REMOVED_CLUSTER_RETENTION_MS if ms is None else ms)
+    assert parse_stream(spec.to_document(redact=False)) == spec
+
+
+def test_default_retention_is_a_week_and_is_not_written_out() -> None:
+    spec = parse_stream(README_DOC)
+    assert spec.retention_ms == 7 * 24 * 3600 * 1000
+    assert "removed_cluster_retention_ms" not in spec.to_document()
+
+
+@pytest.mark.parametrize(
+    ("given", "field", "says"),
+    [
+        ({"removed_cluster_retention": "-1s"}, "removed_cluster_retention", "duration"),
+        ({"removed_cluster_retention": "1w"}, "removed_cluster_retention", "duration"),
+        ({"removed_cluster_retention_ms": -1}, "removed_cluster_retention_ms", "negative"),
+        ({"removed_cluster_retention_ms": True}, "removed_cluster_retention_ms", "boolean"),
+        (
+            {"removed_cluster_retention": "1h", "removed_cluster_retention_ms": 5},
+            "removed_cluster_retention_ms",
+            "not both",
+        ),
+        ({"removed_cluster_retention_s": 60}, "removed_cluster_retention_s", "unknown field"),
+    ],
+)
+def test_bad_retention_says_what_to_fix(given: dict[str, Any], field: str, says: str) -> None:
+    err = invalid({**README_DOC, **given})
+    assert err.field == field
+    assert says in err.problem
