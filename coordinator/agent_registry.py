@@ -131,8 +131,9 @@ class Agent:
     #: stream -> split ids the agent reported reading lately (a
     #: micro-batch's tasks each report some).
     holdings: dict[str, Recent] = field(default_factory=dict)
-    #: "stream/cluster" -> (records read, restarts) the metrics already count.
-    counted: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: "stream/cluster" -> the pushed counters the metrics already count
+    #: (records read, restarts, then malformed: dropped, corrupt, failed).
+    counted: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: Events for its subscription (None while it has none).
     queue: Mailbox | None = None
 

@@ -13,6 +13,11 @@ from multikafka_core.model import ClusterState
 
 _PER_CLUSTER = ("stream", "cluster")
 
+#: The ``mode`` label of :attr:`Metrics.malformed`, in the order agents push
+#: their counters (SubReaderStats: malformed_records, corrupt_records,
+#: malformed_failures).
+MALFORMED_MODES = ("DROPMALFORMED", "PERMISSIVE", "FAILFAST")
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -126,6 +131,14 @@ class Metrics:
             _PER_CLUSTER,
             registry=r,
         )
+        self.malformed = Counter(
+            "multikafka_agent_malformed_records",
+            "Records whose key or value did not decode, by the query's mode: dropped "
+            "(DROPMALFORMED), kept in _corrupt_key/_corrupt_value (PERMISSIVE), "
+            "reads failed (FAILFAST) (pushed by agents).",
+            [*_PER_CLUSTER, "mode"],
+            registry=r,
+        )
 
     _cluster_families = (
         "reachable",
@@ -159,6 +172,9 @@ class Metrics:
         for state in ClusterState:
             with contextlib.suppress(KeyError):
                 self.cluster_state.remove(stream, cluster, state.value)
+        for mode in MALFORMED_MODES:
+            with contextlib.suppress(KeyError):
+                self.malformed.remove(stream, cluster, mode)
 
     def forget_stream(self, stream: str, clusters: list[str]) -> None:
         for cluster in clusters:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from coordinator.metrics import MALFORMED_MODES
 from coordinator.rpc import safe_deserializer, streaming, unary
 from multikafka_core.exceptions import NotFoundError, ValidationError, shown
 from multikafka_core.model import SplitId
@@ -82,12 +83,24 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
             if view is None or s.cluster not in view.spec.clusters:
                 continue  # gone (or never was): no metric series for it
             key = f"{s.stream}/{s.cluster}"
-            records, restarts = agent.counted.get(key, (0, 0))
-            if s.records_read > records:
-                d.metrics.agent_records.labels(s.stream, s.cluster).inc(s.records_read - records)
-            if s.restarts > restarts:
-                d.metrics.subreader_restarts.labels(s.stream, s.cluster).inc(s.restarts - restarts)
-            agent.counted[key] = (max(records, s.records_read), max(restarts, s.restarts))
+            now = (
+                s.records_read,
+                s.restarts,
+                s.malformed_records,
+                s.corrupt_records,
+                s.malformed_failures,
+            )
+            before = agent.counted.get(key, ())
+            before = before + (0,) * (len(now) - len(before))
+            labels = (
+                (d.metrics.agent_records, (s.stream, s.cluster)),
+                (d.metrics.subreader_restarts, (s.stream, s.cluster)),
+                *((d.metrics.malformed, (s.stream, s.cluster, m)) for m in MALFORMED_MODES),
+            )
+            for (family, names), value, counted in zip(labels, now, before, strict=True):
+                if value > counted:
+                    family.labels(*names).inc(value - counted)
+            agent.counted[key] = tuple(map(max, now, before))
         return reader_pb2.HeartbeatResponse(known=True, generation=d.reconciler.generation)
 
     @unary

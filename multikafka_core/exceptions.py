@@ -92,3 +92,11 @@ class DataLossError(MultikafkaError):
     """
 
     grpc_code_name = "DATA_LOSS"
+
+
+class MalformedRecordError(MultikafkaError):
+    """A record's key or value did not decode and the query's ``mode`` is
+    ``FAILFAST``. The message names stream, split, offset and the problem,
+    never the payload (payloads may hold secrets)."""
+
+    grpc_code_name = "INVALID_ARGUMENT"

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from multikafka_core.arrow import record_batch
 from multikafka_core.background import BackgroundThreads
+from multikafka_core.payloads import MalformedCounts
 from multikafka_core.providers import ReadOutcome, TopicPartitionRange
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import reader_pb2
@@ -173,6 +174,7 @@ class ReaderAgent:
         key = (task.stream, cluster)
         sub = self._acquire(key, task)
         outcome = ReadOutcome()
+        malformed = MalformedCounts()
         try:
             for round_ in _rounds(ranges):
                 if cancelled():
@@ -184,7 +186,11 @@ class ReaderAgent:
                     fail_on_data_loss=task.fail_on_data_loss,
                     should_abandon=lambda: cancelled() or self._gone(key, task.generation),
                 ):
-                    yield record_batch(cols, cluster, include_headers=task.include_headers)
+                    yield task.decoding.apply(
+                        record_batch(cols, cluster, include_headers=task.include_headers),
+                        stream=task.stream,
+                        counts=malformed,
+                    )
         finally:
             self._release(sub)
             if cancelled():  # the task stopped: nothing was abandoned
@@ -194,6 +200,9 @@ class ReaderAgent:
                 if stats is not None:
                     stats.records_read += outcome.records
                     stats.abandoned_ranges += len(outcome.abandoned)
+                    stats.malformed_records += malformed.dropped
+                    stats.corrupt_records += malformed.corrupt
+                    stats.malformed_failures += malformed.failed
                     stats.splits.touch(r.split for r in ranges)
             for (topic, partition), (offset, ts) in outcome.last.items():
                 report.marks.add(
@@ -300,6 +309,9 @@ class ReaderAgent:
                     records_read=st.records_read,
                     restarts=st.restarts,
                     abandoned_ranges=st.abandoned_ranges,
+                    malformed_records=st.malformed_records,
+                    corrupt_records=st.corrupt_records,
+                    malformed_failures=st.malformed_failures,
                     splits=st.splits.names(),
                 )
                 for (s, c), st in sorted(self._stats.items())

@@ -38,6 +38,11 @@ class SubReaderStats:
     records_read: int = 0
     restarts: int = 0
     abandoned_ranges: int = 0
+    #: Records that did not decode: dropped (DROPMALFORMED), kept in a
+    #: ``_corrupt_*`` column (PERMISSIVE), reads failed (FAILFAST).
+    malformed_records: int = 0
+    corrupt_records: int = 0
+    malformed_failures: int = 0
     #: Splits read lately: a micro-batch's tasks each hold some of them.
     splits: Recent = field(default_factory=lambda: Recent(RECENT_S))
 

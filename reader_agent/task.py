@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from multikafka_core.model import Connection
+from multikafka_core.payloads import PayloadDecoding
 from multikafka_core.transport import ConnectConfig
 
 
@@ -39,6 +40,8 @@ class ReadTask:
     clusters: Mapping[str, Connection] = field(repr=False)
     include_headers: bool = False
     fail_on_data_loss: bool = True
+    #: How keys and values are decoded (default: raw bytes, as Spark's Kafka source).
+    decoding: PayloadDecoding = field(default_factory=PayloadDecoding)
 
     def __repr__(self) -> str:
         ranges = ", ".join(f"{r.split}[{r.start},{r.until})" for r in self.ranges)

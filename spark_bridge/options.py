@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from multikafka_core import env
 from multikafka_core import offsets as ov
 from multikafka_core.exceptions import ValidationError
+from multikafka_core.payloads import PayloadDecoding
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 
@@ -38,6 +39,11 @@ KNOWN = {
     "coordinatortlscert": "PEM file of a client certificate for the coordinator (mutual TLS)",
     "coordinatortlskey": "PEM file of that client certificate's key",
     "coordinatortokenfile": "file holding the coordinator's reader token (default: env MULTIKAFKA_READER_TOKEN)",
+    "keyformat": "raw (default: binary) | string (UTF-8) | json (a struct of keySchema)",
+    "keyschema": "keyFormat json: the key's fields as Spark DDL, e.g. 'id long, name string'",
+    "valueformat": "raw (default: binary) | string (UTF-8) | json (a struct of valueSchema)",
+    "valueschema": "valueFormat json: the value's fields as Spark DDL, e.g. 'id long, tags array<string>'",
+    "mode": "records that do not decode: PERMISSIVE (default; null, bytes in _corrupt_key/_corrupt_value) | DROPMALFORMED | FAILFAST",
     "path": "ignored",
 }
 
@@ -63,6 +69,8 @@ class SourceOptions:
     #: Tasks the Spark session runs at once (``spark.default.parallelism``;
     #: 0: unknown). Not an option: :func:`spark_bridge.register` reads it.
     parallelism: int = 0
+    #: How keys and values are decoded (keyFormat, valueFormat, their schemas, mode).
+    decoding: PayloadDecoding = field(default_factory=PayloadDecoding)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -105,7 +113,20 @@ class SourceOptions:
             coordinator_tls_key=opts.get("coordinatortlskey", ""),
             coordinator_token_file=opts.get("coordinatortokenfile", ""),
             parallelism=max(parallelism, 0),
+            decoding=decoding_of(opts),
         )
+
+
+def decoding_of(options: Mapping[str, str]) -> PayloadDecoding:
+    """The decoding options (keys matched lower-cased), checked."""
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    return PayloadDecoding.parse(
+        key_format=opts.get("keyformat", "raw"),
+        key_schema=opts.get("keyschema", ""),
+        value_format=opts.get("valueformat", "raw"),
+        value_schema=opts.get("valueschema", ""),
+        mode=opts.get("mode", "PERMISSIVE"),
+    )
 
 
 def connect_config(o: SourceOptions) -> ConnectConfig:

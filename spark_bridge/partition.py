@@ -7,6 +7,7 @@ from pyspark.sql.datasource import InputPartition
 
 from multikafka_core._secrets import Properties
 from multikafka_core.model import Connection
+from multikafka_core.payloads import PayloadDecoding
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent.task import RangeSpec, ReadTask
@@ -29,6 +30,7 @@ def partitions_from_plan(
     query_id: str,
     include_headers: bool,
     fail_on_data_loss: bool,
+    decoding: PayloadDecoding | None = None,
 ) -> list[MultiKafkaPartition]:
     clusters = {
         c.cluster: Connection(c.cluster, c.bootstrap_servers, Properties(dict(c.properties)))
@@ -52,6 +54,7 @@ def partitions_from_plan(
                     clusters={c: clusters[c] for c in sorted(used)},
                     include_headers=include_headers,
                     fail_on_data_loss=fail_on_data_loss,
+                    decoding=decoding or PayloadDecoding(),
                 )
             )
         )

@@ -34,13 +34,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 from multikafka_core import offsets as ov
-from multikafka_core.arrow import SPARK_DDL, SPARK_DDL_WITH_HEADERS
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.planner_client import PlannerClient
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent import get_agent
-from spark_bridge.options import SourceOptions, connect_config
+from spark_bridge.options import SourceOptions, connect_config, decoding_of
 from spark_bridge.partition import MultiKafkaPartition, partitions_from_plan
 
 logger = logging.getLogger(__name__)
@@ -91,6 +90,7 @@ class _Base:
             query_id=self.query_id,
             include_headers=o.include_headers,
             fail_on_data_loss=o.fail_on_data_loss,
+            decoding=o.decoding,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -174,8 +174,12 @@ class MultiKafkaDataSource(DataSource):
         return "multikafka"
 
     def schema(self) -> str:
-        headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
-        return SPARK_DDL_WITH_HEADERS if headers else SPARK_DDL
+        """The declared schema: Spark's Kafka source plus ``cluster``, with
+        ``key``/``value`` decoded as the options say (and their
+        ``_corrupt_*`` columns)."""
+        opts = {k.lower(): str(v) for k, v in self.options.items()}
+        headers = opts.get("includeheaders", "false").strip().lower() == "true"
+        return decoding_of(opts).spark_ddl(include_headers=headers)
 
     def reader(self, schema: StructType) -> MultiKafkaBatchReader:
         return MultiKafkaBatchReader(self._parse(streaming=False))

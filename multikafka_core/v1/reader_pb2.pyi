@@ -162,11 +162,22 @@ class SubReaderStats(_message.Message):
     RESTARTS_FIELD_NUMBER: _builtins.int
     ABANDONED_RANGES_FIELD_NUMBER: _builtins.int
     SPLITS_FIELD_NUMBER: _builtins.int
+    MALFORMED_RECORDS_FIELD_NUMBER: _builtins.int
+    CORRUPT_RECORDS_FIELD_NUMBER: _builtins.int
+    MALFORMED_FAILURES_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     cluster: _builtins.str
     records_read: _builtins.int
     restarts: _builtins.int
     abandoned_ranges: _builtins.int
+    malformed_records: _builtins.int
+    """Records whose key or value did not decode (keyFormat/valueFormat), by
+    what the query's mode made of them: dropped (DROPMALFORMED), kept with
+    their bytes in _corrupt_key/_corrupt_value (PERMISSIVE), or the reads
+    they failed (FAILFAST).
+    """
+    corrupt_records: _builtins.int
+    malformed_failures: _builtins.int
     @_builtins.property
     def splits(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -178,10 +189,13 @@ class SubReaderStats(_message.Message):
         restarts: _builtins.int = ...,
         abandoned_ranges: _builtins.int = ...,
         splits: _abc.Iterable[_builtins.str] | None = ...,
+        malformed_records: _builtins.int = ...,
+        corrupt_records: _builtins.int = ...,
+        malformed_failures: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned_ranges", b"abandoned_ranges", "cluster", b"cluster", "records_read", b"records_read", "restarts", b"restarts", "splits", b"splits", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned_ranges", b"abandoned_ranges", "cluster", b"cluster", "corrupt_records", b"corrupt_records", "malformed_failures", b"malformed_failures", "malformed_records", b"malformed_records", "records_read", b"records_read", "restarts", b"restarts", "splits", b"splits", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,10 +1,15 @@
-"""The Reader service's registration: every method of the proto, and
-reconcile events sent as the bytes they were serialized to once."""
+"""The Reader service's registration: every method of the proto, reconcile
+events sent as the bytes they were serialized to once, and the counters
+agents push in heartbeats."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from coordinator.reader_service import ReaderService, method_handlers
+from multikafka.devstack.stack import stream_doc
 from multikafka_core.v1 import reader_pb2
+from tests.fakes import Parts
 
 
 def test_every_method_of_the_proto_is_registered() -> None:
@@ -23,3 +28,33 @@ def test_subscribe_sends_serialized_events_as_they_are() -> None:
     payload = event.SerializeToString()
     assert serialize(payload) is payload
     assert serialize(event) == payload
+
+
+async def test_heartbeats_feed_malformed_record_counters_by_mode(parts: Parts) -> None:
+    """Agents push running totals; the coordinator counts what is new, per
+    (stream, cluster, mode), and creates no series for a mode never seen."""
+    await parts.put(stream_doc("s", {"a": ("h:1", ["t"])}))
+    await parts.registry.register("agent", "host", 1)
+    coordinator = SimpleNamespace(leading=lambda: parts.duties, store=parts.store)
+    service = ReaderService(coordinator, 2.0)  # type: ignore[arg-type]
+
+    async def beat(**counters: int) -> None:
+        stats = reader_pb2.SubReaderStats(stream="s", cluster="a", **counters)
+        request = reader_pb2.HeartbeatRequest(agent_id="agent", sub_readers=[stats])
+        assert (await service.Heartbeat(request, None)).known  # type: ignore[arg-type]
+
+    def malformed(mode: str) -> float | None:
+        return parts.sample(
+            "multikafka_agent_malformed_records_total", stream="s", cluster="a", mode=mode
+        )
+
+    await beat(records_read=10, malformed_records=3)
+    await beat(records_read=20, malformed_records=5, corrupt_records=2, malformed_failures=1)
+    await beat(records_read=20, malformed_records=5, corrupt_records=2, malformed_failures=1)
+    assert malformed("DROPMALFORMED") == 5
+    assert malformed("PERMISSIVE") == 2
+    assert malformed("FAILFAST") == 1
+    assert parts.sample("multikafka_agent_records_read_total", stream="s", cluster="a") == 20
+
+    parts.metrics.forget_cluster("s", "a")
+    assert malformed("DROPMALFORMED") is None

@@ -6,9 +6,12 @@ from typing import Any
 
 import pytest
 
+from multikafka_core.arrow import SPARK_DDL
 from multikafka_core.exceptions import ValidationError
+from multikafka_core.payloads import Mode, PayloadDecoding
 from multikafka_core.v1.planner_pb2 import Position
 from spark_bridge.options import KNOWN, SourceOptions
+from spark_bridge.source import MultiKafkaDataSource
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
 
@@ -295,3 +298,82 @@ def test_register_carries_the_session_parallelism_to_the_python_workers() -> Non
     reader = shipped({"coordinator": "127.0.0.1:1", "stream": "s"}).streamReader(None)
     assert reader.options.parallelism == 7
     assert spark_bridge.MultiKafkaDataSource.default_parallelism == 0
+
+
+# -- decoding: keyFormat, valueFormat, their schemas, mode -------------------------
+
+
+def test_decoding_defaults_to_raw_bytes() -> None:
+    o = parse()
+    assert o.decoding == PayloadDecoding()
+    assert o.decoding.is_raw
+    assert o.decoding.mode is Mode.PERMISSIVE
+
+
+def test_decoding_options_in_any_case() -> None:
+    o = parse(
+        valueFormat="JSON",
+        VALUESCHEMA="id long, tags array<string>",
+        keyformat="string",
+        Mode="dropMalformed",
+    )
+    assert o.decoding == PayloadDecoding(
+        key_format="string",
+        value_format="json",
+        value_schema="id long, tags array<string>",
+        mode=Mode.DROPMALFORMED,
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "words"),
+    [
+        (
+            {"valueFormat": "avro"},
+            "option valueFormat",
+            ["unknown format 'avro'", "json, raw, string"],
+        ),
+        ({"keyFormat": "json"}, "option keySchema", ["keyFormat json needs a schema"]),
+        (
+            {"valueFormat": "json", "valueSchema": "id lng"},
+            "option valueSchema",
+            ["position 3", "'lng'"],
+        ),
+        ({"valueSchema": "id long"}, "option valueSchema", ["only json takes a schema", "raw"]),
+        (
+            {"keyFormat": "string", "keySchema": "a int"},
+            "option keySchema",
+            ["keyFormat is string"],
+        ),
+        ({"mode": "lenient"}, "option mode", ["PERMISSIVE, DROPMALFORMED, FAILFAST", "'lenient'"]),
+    ],
+)
+def test_bad_decoding_options_say_what_to_fix(
+    options: dict[str, str], field: str, words: list[str]
+) -> None:
+    err = refused({**BASE, **options})
+    assert err.field == field
+    for word in words:
+        assert word in err.problem, err.problem
+
+
+@pytest.mark.parametrize("key", ["keyFormat", "keySchema", "valueFormat", "valueSchema", "mode"])
+def test_decoding_options_are_known(key: str) -> None:
+    assert key.lower() in KNOWN
+
+
+def test_declared_schema_follows_the_decoding_options() -> None:
+    source = MultiKafkaDataSource(
+        {**BASE, "valueFormat": "json", "valueSchema": "id long", "includeHeaders": "true"}
+    )
+    ddl = source.schema()
+    assert ddl.startswith("key binary, value struct<`id`: bigint>, topic string, ")
+    assert ddl.endswith(
+        ", headers array<struct<`key`: string, `value`: binary>>, cluster string, _corrupt_value binary"
+    )
+    assert MultiKafkaDataSource(dict(BASE)).schema() == SPARK_DDL
+
+
+def test_declared_schema_refuses_bad_decoding_options() -> None:
+    with pytest.raises(ValidationError, match="option valueSchema"):
+        MultiKafkaDataSource({**BASE, "valueFormat": "json"}).schema()
