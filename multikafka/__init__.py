@@ -10,6 +10,7 @@ local development stack (:mod:`multikafka.devstack`) and the demo
 ``spark_bridge`` (the Spark source).
 """
 
+from multikafka.reader import Reader
 from multikafka_core.exceptions import (
     AuthenticationError,
     ConflictError,
@@ -47,6 +48,7 @@ __all__ = [
     "MultikafkaError",
     "NotFoundError",
     "PreconditionError",
+    "Reader",
     "SplitId",
     "StartKind",
     "StartingPosition",

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import InputPartition
 
-from multikafka_core._secrets import Properties
-from multikafka_core.model import Connection
 from multikafka_core.payloads import PayloadDecoding
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
-from reader_agent.task import RangeSpec, ReadTask
+from reader_agent.plan import tasks_from_plan
+from reader_agent.task import ReadTask
 
 
 class MultiKafkaPartition(InputPartition):
@@ -32,30 +31,16 @@ def partitions_from_plan(
     fail_on_data_loss: bool,
     decoding: PayloadDecoding | None = None,
 ) -> list[MultiKafkaPartition]:
-    clusters = {
-        c.cluster: Connection(c.cluster, c.bootstrap_servers, Properties(dict(c.properties)))
-        for c in plan.clusters
-    }
-    out = []
-    for task in plan.tasks:
-        ranges = tuple(
-            RangeSpec(r.cluster, r.topic, r.partition, r.from_offset, r.until_offset)
-            for r in task.ranges
+    """One Spark partition per planned task (:func:`reader_agent.plan.tasks_from_plan`)."""
+    return [
+        MultiKafkaPartition(task)
+        for task in tasks_from_plan(
+            plan,
+            coordinator=coordinator,
+            stream=stream,
+            query_id=query_id,
+            include_headers=include_headers,
+            fail_on_data_loss=fail_on_data_loss,
+            decoding=decoding,
         )
-        used = {r.cluster for r in ranges}
-        out.append(
-            MultiKafkaPartition(
-                ReadTask(
-                    coordinator=coordinator,
-                    stream=stream,
-                    query_id=query_id,
-                    generation=plan.generation,
-                    ranges=ranges,
-                    clusters={c: clusters[c] for c in sorted(used)},
-                    include_headers=include_headers,
-                    fail_on_data_loss=fail_on_data_loss,
-                    decoding=decoding or PayloadDecoding(),
-                )
-            )
-        )
-    return out
+    ]

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import pytest
 
 from multikafka.devstack import free_port
-from multikafka.devstack.feed import SequenceProducer, create_topics, fence, sequence_report
+from multikafka.devstack.feed import (
+    Feed,
+    SequenceProducer,
+    create_topics,
+    fence,
+    sequence_report,
+)
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
 from multikafka_core.env import PREFIX as SETTINGS_PREFIX
 
@@ -32,6 +38,7 @@ T = TypeVar("T")
 
 __all__ = [
     "TANSU_PROPERTIES",
+    "assert_duplicates_within_margin",
     "assert_exactly_once",
     "eventually",
     "eventually_async",
@@ -110,6 +117,27 @@ def assert_exactly_once(keys: Iterable[str], expected: dict[str, int]) -> None:
     missing, duplicated = sequence_report(keys, expected)
     assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
     assert not duplicated, f"{len(duplicated)} read twice, e.g. {list(duplicated.items())[:5]}"
+
+
+def assert_duplicates_within_margin(
+    rows: Iterable[tuple[str, str]], feed: Feed, cut: int, margin_ms: int, primary: str
+) -> None:
+    """A timestamp failover from ``primary`` of the ``r:`` records ``feed``
+    sent, routed to the mirror only from sequence number ``cut`` on: nothing
+    lost, and what was read twice lies inside the failover's margin.
+    ``rows``: (cluster, key) of every record read."""
+    rows = list(rows)
+    missing, duplicated = sequence_report([k for _, k in rows], {"r": len(feed.sent)})
+    assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
+    assert all(c == 2 for c in duplicated.values())
+    window = feed.margin_window(
+        (int(k.split(":")[1]) for c, k in rows if c == primary and k.startswith("r:")),
+        cut,
+        margin_ms,
+    )
+    assert window, "nothing was read from the primary before the failover"
+    outside = [k for k in duplicated if int(k.split(":")[1]) not in window]
+    assert not outside, f"{len(outside)} of {len(duplicated)} duplicates outside the margin"
 
 
 class Seeded(NamedTuple):

@@ -16,10 +16,10 @@ from multikafka_core.admin_client import AdminClient
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import sink_rows, source, start_to_parquet
 from tests.helpers import (
+    assert_duplicates_within_margin,
     assert_exactly_once,
     eventually,
     produce_sequence,
-    sequence_report,
     stream_doc,
     uid,
 )
@@ -202,17 +202,9 @@ def _duplicates_within_margin(
     rows: list[Row], run: FailedOver, margin_ms: int, primary: str = "primary"
 ) -> None:
     """Nothing lost; what was read twice lies inside the failover's margin."""
-    missing, duplicated = sequence_report([k for _, k, _, _, _ in rows], {"r": len(run.feed.sent)})
-    assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
-    assert all(c == 2 for c in duplicated.values())
-    window = run.feed.margin_window(
-        (int(k.split(":")[1]) for c, k, _, _, _ in rows if c == primary and k.startswith("r:")),
-        run.cut,
-        margin_ms,
+    assert_duplicates_within_margin(
+        ((c, k) for c, k, _, _, _ in rows), run.feed, run.cut, margin_ms, primary
     )
-    assert window, "nothing was read from the primary before the failover"
-    outside = [k for k in duplicated if int(k.split(":")[1]) not in window]
-    assert not outside, f"{len(outside)} of {len(duplicated)} duplicates outside the margin"
 
 
 def test_failover_timestamp_strategy_loses_nothing(e2e: E2E) -> None:

@@ -20,6 +20,7 @@ PUBLIC = {
         "MultikafkaError",
         "NotFoundError",
         "PreconditionError",
+        "Reader",
         "SplitId",
         "StartKind",
         "StartingPosition",
