@@ -57,6 +57,7 @@ integration: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.read_rate
 	$(PY) -m benchmarks.decode
+	$(PY) -m benchmarks.standalone
 	$(PY) -m benchmarks.latency
 	$(PY) -m benchmarks.splits_scale
 	$(PY) -m benchmarks.reconcile_latency

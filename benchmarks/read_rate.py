@@ -213,20 +213,23 @@ def _thread_cpu() -> dict[int, float]:
 class ReaderCpu:
     """CPU seconds of the threads that read in this process: the calling
     thread and every thread started since (a consumer's librdkafka threads,
-    an agent's), not the coordinator's or the Spark driver's, which share
-    the process. Read it before the consumers close (their threads end)."""
+    an agent's, also those that ended meanwhile, such as a task's per-cluster
+    readers), not the threads that were there before (the coordinator's, the
+    Spark driver's), which share the process: the process's CPU time less
+    what those older threads used meanwhile. Read it before the consumers
+    close (their threads end, and a thread of before that ends would count)."""
 
     def __init__(self) -> None:
         self._me = threading.get_native_id()
         self._before = _thread_cpu()
+        self._process = time.process_time()
 
     def used(self) -> float:
         before = self._before
-        return sum(
-            v - before.get(tid, 0.0)
-            for tid, v in _thread_cpu().items()
-            if tid == self._me or tid not in before
+        others = sum(
+            v - before[tid] for tid, v in _thread_cpu().items() if tid in before and tid != self._me
         )
+        return time.process_time() - self._process - others
 
 
 def read_raw(setup: Setup, on_batch: Callable[[int], None], *, count_only: bool = False) -> Run:
