@@ -347,6 +347,7 @@ def test_dashboard_shows_what_an_operator_needs() -> None:
         "multikafka_metadata_rejected_total",
         "multikafka_abandoned_ranges_total",
         "multikafka_data_loss_events_total",
+        "multikafka_agent_malformed_records_total",
     ):
         assert needed in shown, needed
     # Per-cluster gauges come from the replica that leads now.
