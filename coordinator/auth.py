@@ -45,8 +45,8 @@ def role_of(method: str) -> Role:
 _HOW = {
     Role.ADMIN: "the admin token (multikafka admin --token-file PATH, or MULTIKAFKA_ADMIN_TOKEN)",
     Role.READER: (
-        "the reader token (Spark option coordinatorTokenFile, or MULTIKAFKA_READER_TOKEN)"
-        " or a client certificate"
+        "the reader token (Spark option coordinatorTokenFile, Reader(token_file=...), or"
+        " MULTIKAFKA_READER_TOKEN) or a client certificate"
     ),
 }
 

@@ -231,3 +231,50 @@ def test_the_ca_travels_inside_tasks_as_pem(
     s.wait_for_stream_reports()
     with s.admin() as admin:
         eventually(lambda: agent.agent_id in {r.agent_id for r in admin.readers()}, timeout_s=15)
+
+
+def test_the_standalone_reader_needs_the_reader_token_and_speaks_tls(
+    make_coordinator: Callable[..., CoordinatorThread],
+    kafka: KafkaClusters,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``multikafka.Reader`` over TLS with the reader token from a file reads
+    exactly once; without a token it is refused, saying how to give one, and
+    nothing secret appears in the error or the reader's repr."""
+    from multikafka import AuthenticationError, Reader
+
+    s = _secured(make_coordinator, kafka, tmp_path)
+    monkeypatch.delenv("MULTIKAFKA_READER_TOKEN", raising=False)
+    monkeypatch.delenv("MULTIKAFKA_READER_TOKEN_FILE", raising=False)
+    with Reader(
+        s.address,
+        s.stream,
+        starting_offsets="earliest",
+        tls_ca=str(s.certs.ca.cert_path),
+        token_file=str(s.reader_token_file),
+    ) as reader:
+        keys = [
+            k.decode()
+            for batch in reader.batches(idle_timeout_s=1)
+            for k in batch.column("key").to_pylist()
+        ]
+        shown = repr(reader)
+    assert_exactly_once(keys, {"sec": RECORDS})
+    assert s.reader_token not in shown
+
+    with (
+        Reader(
+            s.address,
+            s.stream,
+            starting_offsets="earliest",
+            tls_ca=str(s.certs.ca.cert_path),
+            coordinator_timeout_s=5,
+        ) as refused,
+        pytest.raises(AuthenticationError) as denied,
+    ):
+        next(refused.batches(idle_timeout_s=1))
+    message = str(denied.value)
+    assert "token_file" in message
+    for leaked in (s.secret, s.admin_token, s.reader_token):
+        assert leaked not in message
