@@ -4,6 +4,7 @@ migration with a drain, and resuming from a saved position; sync and async."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterable
 
@@ -40,12 +41,14 @@ def keyed(batches: Iterable[pa.RecordBatch]) -> list[tuple[str, str]]:
 
 class Background(threading.Thread):
     """Reads with one Reader until stopped, committing after each batch;
-    ``batches()`` ends after a short idle time and is called again, so every
-    round also goes on from the reader's position."""
+    ``batches()`` (or ``abatches()`` in an event loop of its own, with
+    ``use_async``) ends after a short idle time and is called again, so
+    every round also goes on from the reader's position."""
 
-    def __init__(self, reader: Reader) -> None:
+    def __init__(self, reader: Reader, *, use_async: bool = False) -> None:
         super().__init__(daemon=True)
         self.reader = reader
+        self.use_async = use_async
         self.batches: list[pa.RecordBatch] = []
         self.rounds = 0
         self._halt = threading.Event()
@@ -53,6 +56,9 @@ class Background(threading.Thread):
 
     def run(self) -> None:
         try:
+            if self.use_async:
+                asyncio.run(self._read_async())
+                return
             while not self._halt.is_set():
                 self.rounds += 1
                 for batch in self.reader.batches(idle_timeout_s=0.5):
@@ -60,6 +66,13 @@ class Background(threading.Thread):
                     self.reader.commit()
         except BaseException as exc:
             self.error = exc
+
+    async def _read_async(self) -> None:
+        while not self._halt.is_set():
+            self.rounds += 1
+            async for batch in self.reader.abatches(idle_timeout_s=0.5):
+                self.batches.append(batch)
+                self.reader.commit()
 
     def rows(self) -> list[tuple[str, str]]:
         return keyed(list(self.batches))
@@ -72,8 +85,9 @@ class Background(threading.Thread):
             raise self.error
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_a_failover_in_the_middle_loses_nothing(
-    coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+    coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters, use_async: bool
 ) -> None:
     """A reader on two clusters (primary ACTIVE, mirror STANDBY, fed the same
     records); the primary dies mid-stream and the stream fails over with a
@@ -94,7 +108,7 @@ def test_a_failover_in_the_middle_loses_nothing(
     feed = Feed([primary.bootstrap, mirror.bootstrap], topic, 2, "r", chunk=40, pause_s=0.05)
     with Reader(coordinator.address, name, starting_offsets="earliest") as reader:
         assert reader.schema == SCHEMA
-        bg = Background(reader)
+        bg = Background(reader, use_async=use_async)
         bg.start()
         feed.start()
         try:
