@@ -101,6 +101,9 @@ class EndPlan:
     #: cluster -> records between its held splits' positions and their high
     #: watermarks (only for clusters that answered).
     lag: dict[str, int] = field(default_factory=dict)
+    #: The end without the budget and without the cap: what is available now
+    #: (what Spark reports as the latest offset; minOffsetsPerTrigger counts it).
+    available: SplitOffsets = field(default_factory=lambda: EMPTY)
 
 
 def allocate(backlog: Mapping[str, int], budget: int | None) -> dict[str, int]:
@@ -228,12 +231,15 @@ def plan_end(
                     )
                 plan.data_loss[s] = text
     limit = np.minimum(limit, stop)
-    target = np.minimum(high, limit)
+    reachable = np.minimum(high, limit)
+    target = reachable
     if cap is not None:
         target = np.minimum(target, as_offsets(cap).values_at(splits, pos))
     backlog = np.where(ok & (target > pos), target - pos, 0)
     end = pos + allocate_array(backlog, budget)
     end[backwards] = 0  # read the partition again from its start
+    available = np.where(ok & (reachable > pos), reachable, pos)
+    available[backwards] = 0
     keep = live & ~missing
     for code in np.unique(retired[~live]).tolist():
         for s in splits.select(retired == code).ids():
@@ -241,7 +247,9 @@ def plan_end(
     _account(plan, splits, pos, end, np.where(high >= 0, np.minimum(high, stop), high), keep)
     entered = _entering(held, clusters, as_offsets(entry), cap)
     plan.entered = entered.splits.ids()
-    plan.end = SplitOffsets.union([SplitOffsets(splits.select(keep), end[keep]), entered])
+    kept = splits.select(keep)
+    plan.end = SplitOffsets.union([SplitOffsets(kept, end[keep]), entered])
+    plan.available = SplitOffsets.union([SplitOffsets(kept, available[keep]), entered])
     return plan
 
 

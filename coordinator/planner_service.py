@@ -89,6 +89,20 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         if kind == Position.SPECIFIC:
             specific = self._check_specific(view, dict(pos.offsets))
             kind = pos.fallback or Position.EARLIEST
+        timed = ov.EMPTY
+        if pos.split_timestamps:
+            timed = self._check_specific(
+                view, dict(pos.split_timestamps), "position.split_timestamps", special=False
+            )
+            both = timed.splits.positions(specific.splits)[1] if len(specific) else None
+            if both is not None and both.any():
+                s = specific.splits.select(both).ids()[0]
+                raise ValidationError(
+                    f"position.split_timestamps.{s}",
+                    "also named in position.offsets: name each split in one of them",
+                )
+            if pos.no_match not in (0, Position.NO_MATCH_ERROR, Position.NO_MATCH_LATEST):
+                raise ValidationError("position.no_match", "use NO_MATCH_ERROR or NO_MATCH_LATEST")
         earliest, latest = OffsetQuery.earliest(), OffsetQuery.latest()
         fallback = {
             Position.EARLIEST: earliest,
@@ -105,9 +119,17 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             d.discovery.require(view.name, cid)  # UNAVAILABLE (the client retries) until set up
         splits = Splits.union([cc.split_table()[0] for cc in readable] + [specific.splits])
         given = specific.values_at(splits, np.full(len(splits), -3, dtype=np.int64))
-        # -3: not named; -2 earliest, -1 latest (Spark's convention)
+        if len(timed):
+            given[timed.positions_of(splits)[1]] = -4
+        # -4: by its own time; -3: not named; -2 earliest, -1 latest (Spark's convention)
         lookups = [(fallback, given == -3), (earliest, given == -2), (latest, given == -1)]
         parts = [SplitOffsets(splits.select(given >= 0), given[given >= 0])]
+        if len(timed):
+            parts.extend(
+                await _at_times(
+                    d, view, timed, latest_if_none=pos.no_match == Position.NO_MATCH_LATEST
+                )
+            )
         # Splits of a cluster that does not answer are left out: they join the
         # query later, at their cluster's starting position.
         for query, mask in lookups:
@@ -129,8 +151,17 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             offsets=ov.canonical(out), generation=view.generation
         )
 
-    def _check_specific(self, view: StreamView, offsets: dict[str, int]) -> SplitOffsets:
-        checked = ov.parse(offsets, "position.offsets", allow_special=True)
+    def _check_specific(
+        self,
+        view: StreamView,
+        offsets: dict[str, int],
+        field: str = "position.offsets",
+        *,
+        special: bool = True,
+    ) -> SplitOffsets:
+        """``offsets`` (offsets, or times with ``special=False``) checked:
+        every split of a cluster and topic of the stream."""
+        checked = ov.parse(offsets, field, allow_special=special)
         bounds = checked.splits.bounds().tolist()
         ids = checked.splits.ids()
         for g, (cluster, topic) in enumerate(checked.splits.groups):
@@ -138,12 +169,12 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             spec = view.spec.clusters.get(cluster)
             if spec is None:
                 raise ValidationError(
-                    f"position.offsets.{s}",
+                    f"{field}.{s}",
                     f"stream {view.name!r} has no cluster {shown(cluster)}",
                 )
             if topic not in spec.topics:
                 raise ValidationError(
-                    f"position.offsets.{s}",
+                    f"{field}.{s}",
                     f"cluster {cluster!r} of stream {view.name!r} has no topic {shown(topic)}",
                 )
         return checked
@@ -215,7 +246,9 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             )
         if columnar:
             return planner_pb2.LatestOffsetsResponse(
-                end_columns=ov.to_columns(plan.end), generation=view.generation
+                end_columns=ov.to_columns(plan.end),
+                available_columns=ov.to_columns(plan.available),
+                generation=view.generation,
             )
         return planner_pb2.LatestOffsetsResponse(
             end=ov.canonical(plan.end), generation=view.generation
@@ -380,6 +413,69 @@ async def _lookup_all(
             return ov.EMPTY
 
     return list(await asyncio.gather(*(one(cid) for cid in splits.clusters())))
+
+
+async def _at_times(
+    d: LeaderDuties, view: StreamView, times: SplitOffsets, *, latest_if_none: bool
+) -> list[SplitOffsets]:
+    """The first offset of each split of ``times`` whose record time is at
+    or after the split's time. A split with no such record resolves to its
+    latest offset with ``latest_if_none``, else fails the call
+    (:class:`PreconditionError`, naming it). The splits' clusters must be
+    read (ACTIVE or DRAINING) and answer (:class:`UnavailableError`: the
+    client retries); a partition the cluster does not have is refused."""
+    field = "position.split_timestamps"
+    out: list[SplitOffsets] = []
+    for cid in times.splits.clusters():
+        where = times.splits.cluster_slice(cid)
+        mine = times.select(np.arange(where.start, where.stop))
+        state = view.spec.clusters[cid].state
+        if not state.readable:
+            raise ValidationError(
+                f"{field}.{mine.splits.ids()[0]}",
+                f"cluster {cid!r} of stream {view.name!r} is {state.value}: it is not read",
+            )
+        cc = d.discovery.require(view.name, cid)
+        if not cc.discovered:
+            await d.discovery.discover(cc)
+        _, known = cc.split_table()[0].positions(mine.splits)
+        if not known.all():
+            s = mine.splits.select(~known).split_ids()[0]
+            raise ValidationError(
+                f"{field}.{s}",
+                f"topic {s.topic!r} of cluster {cid!r} has {cc.partitions.get(s.topic, 0)} "
+                f"partition(s): there is no partition {s.partition}",
+            )
+        by_time = [(ts, mine.select(mine.offsets == ts)) for ts in np.unique(mine.offsets).tolist()]
+        found = await asyncio.gather(
+            *(_lookup(cc, d, group.splits, OffsetQuery.at_time(ts)) for ts, group in by_time)
+        )
+        got = SplitOffsets.union(list(found))
+        if len(got) < len(mine):
+            raise UnavailableError(
+                f"stream {view.name!r}: cluster {cid!r} did not answer for every split"
+            )
+        if not latest_if_none:
+            # A time after every record resolves to the end offset: found
+            # first, the end asked after, a split found at or past its end
+            # has no record at or after its time.
+            ends = await _lookup(cc, d, got.splits, OffsetQuery.latest())
+            none = got.offsets >= ends.values_at(got.splits, np.zeros(len(got), dtype=np.int64))
+            if none.any():
+                ids = got.splits.select(none).ids()
+                times_of = mine.values_at(got.splits.select(none), np.zeros(len(ids), np.int64))
+                named = ", ".join(
+                    f"{s} (time {t})"
+                    for s, t in zip(ids[:SHOWN_SPLITS], times_of.tolist(), strict=False)
+                )
+                raise PreconditionError(
+                    f"stream {view.name!r}: no record at or after the given time in "
+                    f"{len(ids)} split(s): {named}; give an earlier time, or start such "
+                    "splits at their latest offset (strategy latest; Spark: "
+                    "startingOffsetsByTimestampStrategy=latest)"
+                )
+        out.append(got)
+    return out
 
 
 async def snapshots_of(

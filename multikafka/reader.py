@@ -39,9 +39,12 @@ import pyarrow.compute as pc
 
 from multikafka_core import env
 from multikafka_core import offsets as ov
+from multikafka_core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.payloads import PayloadDecoding
 from multikafka_core.planner_client import PlannerClient
+from multikafka_core.positions import with_split_times
+from multikafka_core.providers.kafka_overrides import check_overrides
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent import ReaderAgent, get_agent
@@ -66,8 +69,22 @@ class Reader:
     query does from its checkpoint (splits that appeared since enter where the
     coordinator says: their cluster's starting position, or translated after a
     failover). ``starting_timestamp_ms``: start at the first record at or after
-    that time instead. ``max_records_per_batch``: at most this many records
-    per micro-batch (Spark's ``maxOffsetsPerTrigger``). Decoding:
+    that time instead. ``starting_offsets_by_timestamp``: JSON text or a
+    document like Spark's ``startingOffsetsByTimestamp`` (``{"cluster":
+    {"topic": {"0": ms}}}`` or ``{"cluster/topic/0": ms}``): each split named
+    starts at its first record at or after its time, the others where the
+    starting position says; ``starting_offsets_by_timestamp_strategy``:
+    ``error`` (default: a named split with no such record fails the start)
+    or ``latest`` (it starts at its latest offset). ``max_records_per_batch``:
+    at most this many records per micro-batch (Spark's
+    ``maxOffsetsPerTrigger``); ``min_records_per_batch``: no micro-batch
+    until this many records are available, unless ``max_batch_delay_s``
+    (default 900, Spark's 15 minutes) passed since the last one (Spark's
+    ``minOffsetsPerTrigger`` / ``maxTriggerDelay``; a batch whose split set
+    changes never waits). ``kafka``: librdkafka settings of this reader's
+    consumers on every cluster (``{"fetch.max.bytes": "1048576"}``), over
+    the stream document's; group, commit, offset-reset, broker and security
+    settings are refused. Decoding:
     ``key_format``/``value_format`` (``raw``, ``string``, ``json`` with
     ``key_schema``/``value_schema`` in Spark DDL) and ``mode`` (``PERMISSIVE``,
     ``DROPMALFORMED``, ``FAILFAST``), as the Spark source's options.
@@ -85,6 +102,11 @@ class Reader:
         starting_offsets: Start = "latest",
         starting_timestamp_ms: int | None = None,
         max_records_per_batch: int | None = None,
+        min_records_per_batch: int | None = None,
+        max_batch_delay_s: float = DEFAULT_MAX_DELAY_S,
+        starting_offsets_by_timestamp: str | Mapping[str, Any] | None = None,
+        starting_offsets_by_timestamp_strategy: str = "error",
+        kafka: Mapping[str, str] | None = None,
         fail_on_data_loss: bool = True,
         include_headers: bool = False,
         key_format: str = "raw",
@@ -108,11 +130,33 @@ class Reader:
             raise ValidationError(
                 "max_records_per_batch", f"must be at least 1, got {max_records_per_batch}"
             )
+        if min_records_per_batch is not None:
+            if min_records_per_batch < 1:
+                raise ValidationError(
+                    "min_records_per_batch", f"must be at least 1, got {min_records_per_batch}"
+                )
+            if max_records_per_batch is not None and min_records_per_batch > max_records_per_batch:
+                raise ValidationError(
+                    "min_records_per_batch",
+                    f"{min_records_per_batch} is above max_records_per_batch "
+                    f"({max_records_per_batch}): the minimum must not exceed the maximum",
+                )
+        if max_batch_delay_s < 0:
+            raise ValidationError(
+                "max_batch_delay_s", f"must not be negative, got {max_batch_delay_s}"
+            )
         if poll_interval_s <= 0:
             raise ValidationError("poll_interval_s", f"must be above 0, got {poll_interval_s}")
         self.stream = stream
         self.query_id = query_id or f"{stream}-{uuid.uuid4().hex[:12]}"
         self.max_records_per_batch = max_records_per_batch
+        self._gate = (
+            MinRecordsGate(min_records_per_batch, max_batch_delay_s)
+            if min_records_per_batch
+            else None
+        )
+        #: librdkafka settings of this reader's consumers (values never shown).
+        self.kafka = check_overrides(kafka or {}, "kafka.")
         self.fail_on_data_loss = fail_on_data_loss
         self.include_headers = include_headers
         self.commit_group_id = commit_group_id
@@ -141,6 +185,20 @@ class Reader:
         self._client = PlannerClient(self.connect, timeout_s=coordinator_timeout_s)
         self._agent = agent
         self._start = _start(starting_offsets, starting_timestamp_ms)
+        if starting_offsets_by_timestamp is not None:
+            if not isinstance(self._start, Position):
+                raise ValidationError(
+                    "starting_offsets_by_timestamp",
+                    "cannot go with a position a Reader gave (it is resumed exactly)",
+                )
+            self._start = with_split_times(
+                self._start,
+                starting_offsets_by_timestamp,
+                starting_offsets_by_timestamp_strategy,
+                field="starting_offsets_by_timestamp",
+                strategy_field="starting_offsets_by_timestamp_strategy",
+                offsets_field="starting_offsets",
+            )
         #: Where each split goes on; None until the first batch resolves the start.
         self._position: dict[str, int] | None = None
         self._closed = False
@@ -173,8 +231,9 @@ class Reader:
 
     def batches(self, idle_timeout_s: float | None = None) -> Generator[pa.RecordBatch, None, None]:
         """Arrow batches of the stream as they come, micro-batch after
-        micro-batch. Ends after ``idle_timeout_s`` seconds with nothing new
-        (None: never). Leaving the loop early is fine: the next call goes on
+        micro-batch. Ends after ``idle_timeout_s`` seconds without a
+        micro-batch (None: never; records held back by
+        ``min_records_per_batch`` do not make one). Leaving the loop early is fine: the next call goes on
         from :attr:`offsets`."""
         if self._closed:
             raise ValidationError("reader", "closed; open a new Reader to read again")
@@ -182,17 +241,18 @@ class Reader:
         idle_since = time.monotonic()
         while True:
             start = self._current()
-            end = dict(
-                self._client.latest(
-                    self.stream,
-                    self.query_id,
-                    start,
-                    max_records=self.max_records_per_batch or 0,
-                    cap=None,
-                    fail_on_data_loss=self.fail_on_data_loss,
-                )
+            got = self._client.latest_offsets(
+                self.stream,
+                self.query_id,
+                start,
+                max_records=self.max_records_per_batch or 0,
+                cap=None,
+                fail_on_data_loss=self.fail_on_data_loss,
             )
-            if end == start:
+            end = dict(got.end)
+            if end == start or (
+                self._gate is not None and not self._gate.admit(start, got.end, got.available)
+            ):
                 if idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
                     return
                 time.sleep(self._poll_s)
@@ -206,6 +266,7 @@ class Reader:
                 include_headers=self.include_headers,
                 fail_on_data_loss=self.fail_on_data_loss,
                 decoding=self.decoding,
+                overrides=self.kafka,
             )
             # Until the micro-batch's last batch is yielded, the position is
             # its start moved past what was yielded; with the last one (held

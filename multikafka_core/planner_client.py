@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from multikafka_core import offsets as ov
 from multikafka_core.exceptions import UnavailableError
@@ -21,6 +21,16 @@ logger = logging.getLogger(__name__)
 
 
 R = TypeVar("R")
+
+
+class LatestOffsets(NamedTuple):
+    """What ``LatestOffsets`` answers."""
+
+    #: The end of the next micro-batch (within the read limit and cap).
+    end: ov.SplitOffsets
+    #: The end without the read limit and cap: what is available now (None:
+    #: a coordinator from before it was sent).
+    available: ov.SplitOffsets | None
 
 
 class PlannerClient:
@@ -79,6 +89,29 @@ class PlannerClient:
         cap: Mapping[str, int] | None,
         fail_on_data_loss: bool,
     ) -> ov.SplitOffsets:
+        """The end of the next micro-batch (:meth:`latest_offsets`' ``end``)."""
+        return self.latest_offsets(
+            stream,
+            query_id,
+            start,
+            max_records=max_records,
+            cap=cap,
+            fail_on_data_loss=fail_on_data_loss,
+        ).end
+
+    def latest_offsets(
+        self,
+        stream: str,
+        query_id: str,
+        start: Mapping[str, int],
+        *,
+        max_records: int,
+        cap: Mapping[str, int] | None,
+        fail_on_data_loss: bool,
+    ) -> LatestOffsets:
+        """The end of the next micro-batch from ``start`` (at most
+        ``max_records`` records, 0: no limit; never past ``cap``), and what
+        is available now."""
         req = planner_pb2.LatestOffsetsRequest(
             stream=stream,
             query_id=query_id,
@@ -88,7 +121,13 @@ class PlannerClient:
             fail_on_data_loss=fail_on_data_loss,
         )
         resp = self._call("latest offsets", lambda s: s.LatestOffsets, req)
-        return _offsets(resp, "end")
+        end = _offsets(resp, "end")
+        available = (
+            ov.from_columns(resp.available_columns, "available")
+            if resp.HasField("available_columns")
+            else None
+        )
+        return LatestOffsets(end, available)
 
     def plan(
         self,

@@ -29,7 +29,14 @@ from multikafka_core.providers import ReadOutcome, TopicPartitionRange
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import reader_pb2
 from reader_agent.link import CoordinatorLink
-from reader_agent.subreader import RangeReaderFactory, SubReader, SubReaderStats, kafka_reader
+from reader_agent.subreader import (
+    RangeReaderFactory,
+    Slot,
+    SubReader,
+    SubReaderStats,
+    kafka_reader,
+    slot_of,
+)
 from reader_agent.task import RangeSpec, ReadTask
 
 logger = logging.getLogger(__name__)
@@ -58,7 +65,9 @@ class ReaderAgent:
         #: per cluster beyond the first), so their fetch waits overlap.
         self.concurrent_clusters = concurrent_clusters
         self._lock = threading.RLock()
-        self._subs: dict[Key, SubReader] = {}
+        #: Sub-readers by slot: (stream, cluster), plus the fingerprint of
+        #: a query's librdkafka overrides for queries that set some.
+        self._subs: dict[Slot, SubReader] = {}
         self._stats: dict[Key, SubReaderStats] = {}
         #: (stream, cluster) -> desired state from the coordinator's events.
         self._desired: dict[Key, reader_pb2.ClusterDesired] = {}
@@ -229,16 +238,17 @@ class ReaderAgent:
 
     def _acquire(self, key: Key, task: ReadTask) -> SubReader:
         conn = task.clusters[key[1]]
+        slot = slot_of(*key, task.overrides.fingerprint)
         with self._lock:
-            sub = self._subs.get(key)
+            sub = self._subs.get(slot)
             if sub is not None and sub.fingerprint != conn.fingerprint:
                 # The task carries newer connection settings than this
                 # sub-reader (pull side of reconcile): restart it.
                 self._retire(sub, restart=True)
                 sub = None
             if sub is None:
-                sub = SubReader(key[0], conn, self._factory)
-                self._subs[key] = sub
+                sub = SubReader(key[0], conn, self._factory, task.overrides)
+                self._subs[slot] = sub
                 self._stats.setdefault(key, SubReaderStats())
             sub.in_use += 1
             return sub
@@ -253,8 +263,8 @@ class ReaderAgent:
     def _retire(self, sub: SubReader, *, restart: bool = False) -> None:
         """Take ``sub`` out of service (caller holds the lock): close it now, or
         when its last task releases it."""
-        if self._subs.get(sub.key) is sub:
-            del self._subs[sub.key]
+        if self._subs.get(sub.slot) is sub:
+            del self._subs[sub.slot]
         if restart:
             self._stats.setdefault(sub.key, SubReaderStats()).restarts += 1
         if sub.in_use:
@@ -281,24 +291,25 @@ class ReaderAgent:
 
     def _apply_one(self, desired: reader_pb2.ClusterDesired) -> None:
         key = (desired.stream, desired.cluster)
-        sub = self._subs.get(key)
+        # Every sub-reader of the cluster: the plain one and those of queries
+        # with librdkafka overrides.
+        subs = [sub for sub in self._subs.values() if sub.key == key]
         if desired.state == "REMOVED":
             self._removed[key] = None
             while len(self._removed) > 1024:
                 del self._removed[next(iter(self._removed))]
             self._desired.pop(key, None)
             self._stats.pop(key, None)
-            if sub is not None:
+            for sub in subs:
                 self._retire(sub)
             return
         self._desired[key] = desired
         self._removed.pop(key, None)
-        if sub is None:
-            return
-        if desired.state in _NOT_READ:
-            self._retire(sub)
-        elif sub.fingerprint != desired.fingerprint:
-            self._retire(sub, restart=True)
+        for sub in subs:
+            if desired.state in _NOT_READ:
+                self._retire(sub)
+            elif sub.fingerprint != desired.fingerprint:
+                self._retire(sub, restart=True)
 
     def stats(self) -> tuple[int, list[reader_pb2.SubReaderStats]]:
         with self._lock:
@@ -341,13 +352,21 @@ class ReaderAgent:
     # -- lifecycle -----------------------------------------------------------
 
     def sub_readers(self) -> list[Key]:
+        """The (stream, cluster) pairs the agent has a consumer for."""
+        with self._lock:
+            return sorted({sub.key for sub in self._subs.values()})
+
+    def slots(self) -> list[Slot]:
+        """Every sub-reader's slot: (stream, cluster), and (stream, cluster,
+        overrides fingerprint) for queries with librdkafka overrides."""
         with self._lock:
             return sorted(self._subs)
 
     def tracked(self) -> list[Key]:
         """Every (stream, cluster) the agent keeps anything for."""
         with self._lock:
-            return sorted(set(self._subs) | set(self._stats) | set(self._desired))
+            subs = {sub.key for sub in self._subs.values()}
+            return sorted(subs | set(self._stats) | set(self._desired))
 
     def reap_idle(self) -> int:
         """Close sub-readers idle for longer than the idle timeout."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from multikafka_core._secrets import Properties
 from multikafka_core.model import Connection
 from multikafka_core.payloads import PayloadDecoding
+from multikafka_core.providers.kafka_overrides import Overrides
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent.task import RangeSpec, ReadTask
@@ -20,6 +21,7 @@ def tasks_from_plan(
     include_headers: bool,
     fail_on_data_loss: bool,
     decoding: PayloadDecoding | None = None,
+    overrides: Overrides | None = None,
 ) -> list[ReadTask]:
     """One :class:`ReadTask` per planned task, each with the connections of
     the clusters it reads (and only those)."""
@@ -45,6 +47,7 @@ def tasks_from_plan(
                 include_headers=include_headers,
                 fail_on_data_loss=fail_on_data_loss,
                 decoding=decoding or PayloadDecoding(),
+                overrides=overrides or Overrides(),
             )
         )
     return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from multikafka_core.model import Connection
 from multikafka_core.providers import RangeReader, ServesStreams
 from multikafka_core.providers.kafka import KafkaRangeReader
+from multikafka_core.providers.kafka_overrides import Overrides, with_overrides
 from multikafka_core.recent import Recent
 
 logger = logging.getLogger(__name__)
@@ -47,12 +48,28 @@ class SubReaderStats:
     splits: Recent = field(default_factory=lambda: Recent(RECENT_S))
 
 
+#: Which sub-reader serves a task: (stream, cluster) for queries without
+#: librdkafka overrides, (stream, cluster, fingerprint of the overrides) for
+#: those with: queries of one process that set different ones each get a
+#: consumer of their own and never restart each other's.
+Slot = tuple[str, ...]
+
+
 class SubReader:
-    def __init__(self, stream: str, connection: Connection, factory: RangeReaderFactory) -> None:
+    def __init__(
+        self,
+        stream: str,
+        connection: Connection,
+        factory: RangeReaderFactory,
+        overrides: Overrides | None = None,
+    ) -> None:
         self.stream = stream
         self.cluster = connection.cluster
+        #: The cluster's connection as the coordinator knows it (reconcile
+        #: compares it); the consumer also gets the query's overrides.
         self.fingerprint = connection.fingerprint
-        self.reader = factory(connection)
+        self.variant = overrides.fingerprint if overrides else ""
+        self.reader = factory(with_overrides(connection, overrides or {}))
         if isinstance(self.reader, ServesStreams):
             self.reader.set_log_context([(stream, connection.cluster)])
         self.in_use = 0
@@ -64,6 +81,10 @@ class SubReader:
     def key(self) -> tuple[str, str]:
         return (self.stream, self.cluster)
 
+    @property
+    def slot(self) -> Slot:
+        return slot_of(self.stream, self.cluster, self.variant)
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -71,3 +92,8 @@ class SubReader:
             logger.debug(
                 "sub-reader closed", extra={"stream": self.stream, "cluster": self.cluster}
             )
+
+
+def slot_of(stream: str, cluster: str, variant: str) -> Slot:
+    """The :data:`Slot` of a sub-reader."""
+    return (stream, cluster, variant) if variant else (stream, cluster)

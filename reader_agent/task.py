@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from multikafka_core.model import Connection
 from multikafka_core.payloads import PayloadDecoding
+from multikafka_core.providers.kafka_overrides import Overrides
 from multikafka_core.transport import ConnectConfig
 
 
@@ -42,6 +43,9 @@ class ReadTask:
     fail_on_data_loss: bool = True
     #: How keys and values are decoded (default: raw bytes, as Spark's Kafka source).
     decoding: PayloadDecoding = field(default_factory=PayloadDecoding)
+    #: The query's librdkafka settings for its reader consumers (Spark's
+    #: ``kafka.*`` options), over the clusters' properties; values never shown.
+    overrides: Overrides = field(default_factory=Overrides, repr=False)
 
     def __repr__(self) -> str:
         ranges = ", ".join(f"{r.split}[{r.start},{r.until})" for r in self.ranges)

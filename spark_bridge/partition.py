@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import InputPartition
 
 from multikafka_core.payloads import PayloadDecoding
+from multikafka_core.providers.kafka_overrides import Overrides
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent.plan import tasks_from_plan
@@ -30,6 +31,7 @@ def partitions_from_plan(
     include_headers: bool,
     fail_on_data_loss: bool,
     decoding: PayloadDecoding | None = None,
+    overrides: Overrides | None = None,
 ) -> list[MultiKafkaPartition]:
     """One Spark partition per planned task (:func:`reader_agent.plan.tasks_from_plan`)."""
     return [
@@ -42,5 +44,6 @@ def partitions_from_plan(
             include_headers=include_headers,
             fail_on_data_loss=fail_on_data_loss,
             decoding=decoding,
+            overrides=overrides,
         )
     ]

@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 from multikafka_core import offsets as ov
+from multikafka_core.admission import MinRecordsGate
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.planner_client import PlannerClient
 from multikafka_core.transport import ConnectConfig
@@ -91,6 +93,7 @@ class _Base:
             include_headers=o.include_headers,
             fail_on_data_loss=o.fail_on_data_loss,
             decoding=o.decoding,
+            overrides=o.kafka,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -100,9 +103,21 @@ class _Base:
 
 
 class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark's micro-batch reader. Spark keeps one instance per query in a
+    planning worker, so what it learns between calls (when the last batch
+    started, the latest offsets) lives here."""
+
     def __init__(self, options: SourceOptions) -> None:
         super().__init__(options)
         self._target: ov.SplitOffsets | None = None
+        #: minOffsetsPerTrigger / maxTriggerDelay (None: not set).
+        self._gate = (
+            MinRecordsGate(options.min_offsets_per_trigger, options.max_trigger_delay_s)
+            if options.min_offsets_per_trigger
+            else None
+        )
+        #: What was available at the last latestOffset (reportLatestOffset).
+        self._available: ov.SplitOffsets | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         offsets, _ = self.client.resolve(self.options.stream, self.options.starting)
@@ -110,28 +125,63 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         return ov.to_document(offsets)
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        # PySpark has no composite limit: with both minOffsetsPerTrigger and
+        # maxOffsetsPerTrigger the limit is the maximum and latestOffset
+        # applies the minimum itself.
         if self.options.max_offsets_per_trigger:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         if isinstance(limit, ReadMaxRows):
             max_records = int(limit.max_rows)
-        elif isinstance(limit, ReadAllAvailable):
+        elif isinstance(limit, (ReadAllAvailable, ReadMinRows)):
             max_records = 0
         else:
             raise ValidationError(
-                "read limit", f"{type(limit).__name__} is not supported; use maxOffsetsPerTrigger"
+                "read limit",
+                f"{type(limit).__name__} is not supported; use maxOffsetsPerTrigger "
+                "or minOffsetsPerTrigger",
             )
-        end = self.client.latest(
+        begin = ov.parse(start, "start")
+        got = self.client.latest_offsets(
             self.options.stream,
             self.query_id,
-            ov.parse(start, "start"),
+            begin,
             max_records=max_records,
             cap=self._target,
             fail_on_data_loss=self.options.fail_on_data_loss,
         )
-        return ov.to_document(end)
+        self._available = got.available if got.available is not None else got.end
+        gate = self._gate_for(limit)
+        if gate is not None and not gate.admit(begin, got.end, got.available):
+            logger.debug(
+                "query %s: fewer than minOffsetsPerTrigger=%d records available; "
+                "batch held back (%.1fs of maxTriggerDelay=%.1fs waited)",
+                self.query_id,
+                gate.min_records,
+                gate.waited_s(),
+                gate.max_delay_s,
+            )
+            return start
+        return ov.to_document(got.end)
+
+    def _gate_for(self, limit: ReadLimit) -> MinRecordsGate | None:
+        """The minOffsetsPerTrigger gate, if it applies to this call: not
+        under Trigger.AvailableNow (Spark's rule: it would wait forever), and
+        not when Spark asks for everything available (ReadAllAvailable, e.g.
+        Trigger.Once), whatever the options say."""
+        if self._gate is None or self._target is not None:
+            return None
+        return self._gate if isinstance(limit, (ReadMinRows, ReadMaxRows)) else None
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The offsets available at the last latestOffset, without the read
+        limit: Spark shows them as the source's ``latestOffset`` in the
+        query's progress (how far behind the query is)."""
+        return None if self._available is None else ov.to_document(self._available)
 
     def prepareForTriggerAvailableNow(self) -> None:
         latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)

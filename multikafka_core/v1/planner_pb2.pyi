@@ -49,8 +49,53 @@ class Position(_message.Message):
     TIMESTAMP: Position.Kind.ValueType  # 4
     """The first offset whose record time is at or after timestamp_ms."""
 
+    class _NoMatch:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _NoMatchEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[Position._NoMatch.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        NO_MATCH_UNSPECIFIED: Position._NoMatch.ValueType  # 0
+        """NO_MATCH_ERROR."""
+        NO_MATCH_ERROR: Position._NoMatch.ValueType  # 1
+        """The call fails (FAILED_PRECONDITION) naming the split."""
+        NO_MATCH_LATEST: Position._NoMatch.ValueType  # 2
+        """The split resolves to its latest offset."""
+
+    class NoMatch(_NoMatch, metaclass=_NoMatchEnumTypeWrapper):
+        """What a split named in split_timestamps starts at when it has no record at
+        or after its time.
+        """
+
+    NO_MATCH_UNSPECIFIED: Position.NoMatch.ValueType  # 0
+    """NO_MATCH_ERROR."""
+    NO_MATCH_ERROR: Position.NoMatch.ValueType  # 1
+    """The call fails (FAILED_PRECONDITION) naming the split."""
+    NO_MATCH_LATEST: Position.NoMatch.ValueType  # 2
+    """The split resolves to its latest offset."""
+
     @_typing.final
     class OffsetsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class SplitTimestampsEntry(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         KEY_FIELD_NUMBER: _builtins.int
@@ -73,12 +118,22 @@ class Position(_message.Message):
     OFFSETS_FIELD_NUMBER: _builtins.int
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
     FALLBACK_FIELD_NUMBER: _builtins.int
+    SPLIT_TIMESTAMPS_FIELD_NUMBER: _builtins.int
+    NO_MATCH_FIELD_NUMBER: _builtins.int
     kind: Global___Position.Kind.ValueType
     timestamp_ms: _builtins.int
     fallback: Global___Position.Kind.ValueType
     """EARLIEST or LATEST, for splits a SPECIFIC position does not name."""
+    no_match: Global___Position.NoMatch.ValueType
     @_builtins.property
     def offsets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def split_timestamps(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Per split id: the first offset whose record time is at or after this
+        time (ms). These splits take no other part of the position (a split both
+        here and in `offsets` is INVALID_ARGUMENT); the others resolve by `kind`.
+        """
+
     def __init__(
         self,
         *,
@@ -86,10 +141,12 @@ class Position(_message.Message):
         offsets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         timestamp_ms: _builtins.int = ...,
         fallback: Global___Position.Kind.ValueType = ...,
+        split_timestamps: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        no_match: Global___Position.NoMatch.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fallback", b"fallback", "kind", b"kind", "offsets", b"offsets", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fallback", b"fallback", "kind", b"kind", "no_match", b"no_match", "offsets", b"offsets", "split_timestamps", b"split_timestamps", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -329,21 +386,31 @@ class LatestOffsetsResponse(_message.Message):
     END_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     END_COLUMNS_FIELD_NUMBER: _builtins.int
+    AVAILABLE_COLUMNS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     @_builtins.property
     def end(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     @_builtins.property
     def end_columns(self) -> Global___OffsetColumns: ...
+    @_builtins.property
+    def available_columns(self) -> Global___OffsetColumns:
+        """Answers to columnar requests: the end without the read limit
+        (max_records) and without `cap`: what is available now (high
+        watermarks, within drain ends and stops). Clients report it as the
+        latest offset and count the records available from it.
+        """
+
     def __init__(
         self,
         *,
         end: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         generation: _builtins.int = ...,
         end_columns: Global___OffsetColumns | None = ...,
+        available_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end_columns", b"end_columns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["available_columns", b"available_columns", "end_columns", b"end_columns"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "end_columns", b"end_columns", "generation", b"generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_columns", b"available_columns", "end", b"end", "end_columns", b"end_columns", "generation", b"generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,189 @@
+"""minOffsetsPerTrigger / maxTriggerDelay: the gate itself (fake clock), and
+the Spark stream reader's latestOffset and reportLatestOffset with a fake
+planner client."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+from multikafka_core import offsets as ov
+from multikafka_core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate, available_records
+from multikafka_core.exceptions import ValidationError
+from multikafka_core.planner_client import LatestOffsets
+from spark_bridge.options import SourceOptions
+from spark_bridge.source import MultiKafkaStreamReader
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def v(**offsets: int) -> dict[str, int]:
+    """A vector of splits ``a/t/<p>`` from ``p0=..., p1=...``."""
+    return {f"a/t/{k[1:]}": o for k, o in offsets.items()}
+
+
+def test_available_records_count_only_splits_in_both() -> None:
+    start = {"a/t/0": 10, "a/t/1": 5, "a/t/2": 7}
+    available = {"a/t/0": 15, "a/t/1": 5, "b/t/0": 1000}
+    assert available_records(start, available) == 5
+    assert available_records(start, {"a/t/0": 3}) == 0  # behind counts 0, not negative
+    assert available_records({}, available) == 0
+
+
+def test_the_gate_holds_until_enough_records() -> None:
+    clock = Clock()
+    gate = MinRecordsGate(10, 60, clock=clock)
+    assert not gate.admit(v(p0=0), v(p0=9))
+    assert gate.admit(v(p0=0), v(p0=10))
+
+
+def test_the_gate_counts_what_is_available_not_the_limited_end() -> None:
+    gate = MinRecordsGate(10, 60, clock=Clock())
+    # maxOffsetsPerTrigger cut the end to 4 records, but 12 are there.
+    assert gate.admit(v(p0=0), v(p0=4), v(p0=12))
+    assert not gate.admit(v(p0=4), v(p0=8), v(p0=12))
+
+
+def test_the_delay_releases_a_held_batch_and_restarts() -> None:
+    clock = Clock()
+    gate = MinRecordsGate(100, 30, clock=clock)
+    assert not gate.admit(v(p0=0), v(p0=1))
+    clock.now += 29.9
+    assert not gate.admit(v(p0=0), v(p0=1))
+    clock.now += 0.1
+    assert gate.admit(v(p0=0), v(p0=1))
+    # the delay counts again from that batch
+    clock.now += 10
+    assert not gate.admit(v(p0=1), v(p0=2))
+    assert gate.waited_s() == pytest.approx(10)
+
+
+def test_nothing_new_is_never_a_batch_and_keeps_the_delay_running() -> None:
+    clock = Clock()
+    gate = MinRecordsGate(5, 30, clock=clock)
+    clock.now += 31
+    assert not gate.admit(v(p0=3), v(p0=3))
+    assert gate.waited_s() == pytest.approx(31)
+    assert gate.admit(v(p0=3), v(p0=4))  # the first record after the delay goes at once
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (v(p0=0), v(p0=1, p1=0)),  # a split enters
+        (v(p0=0, p1=0), v(p0=1)),  # a split retires (drain, failover)
+        ({"a/t/0": 5}, {"b/t/0": 0}),  # failover: one cluster's splits for another's
+        (v(p0=50), v(p0=0)),  # records lost, the split is read again from its start
+    ],
+)
+def test_a_batch_that_changes_the_split_set_never_waits(
+    start: dict[str, int], end: dict[str, int]
+) -> None:
+    gate = MinRecordsGate(1_000_000, DEFAULT_MAX_DELAY_S, clock=Clock())
+    assert gate.admit(start, end)
+
+
+def test_gate_arguments_are_checked() -> None:
+    with pytest.raises(ValidationError, match="at least 1"):
+        MinRecordsGate(0)
+    with pytest.raises(ValidationError, match="negative"):
+        MinRecordsGate(1, -1)
+
+
+# -- the Spark stream reader ---------------------------------------------------
+
+
+class FakePlanner:
+    """Answers LatestOffsets with the next of ``answers`` (end, available)."""
+
+    def __init__(self, *answers: tuple[dict[str, int], dict[str, int] | None]) -> None:
+        self.answers = list(answers)
+        self.asked: list[dict[str, Any]] = []
+
+    def latest_offsets(
+        self, stream: str, query_id: str, start: Mapping[str, int], **kwargs: Any
+    ) -> LatestOffsets:
+        self.asked.append({"start": dict(start), **kwargs})
+        end, available = self.answers.pop(0)
+        return LatestOffsets(
+            ov.as_offsets(end), None if available is None else ov.as_offsets(available)
+        )
+
+
+def stream_reader(planner: FakePlanner, clock: Clock, **options: str) -> MultiKafkaStreamReader:
+    opts = SourceOptions.parse(
+        {"coordinator": "127.0.0.1:1", "stream": "s", **options}, streaming=True
+    )
+    reader = MultiKafkaStreamReader(opts)
+    reader._client = planner  # type: ignore[assignment]
+    if reader._gate is not None:
+        reader._gate._clock = clock
+        reader._gate._last = clock()
+    return reader
+
+
+def test_latest_offset_returns_start_while_too_few_records() -> None:
+    clock = Clock()
+    planner = FakePlanner(
+        (v(p0=3), v(p0=3)), (v(p0=12), v(p0=12)), (v(p0=13), v(p0=13)), (v(p0=14), v(p0=14))
+    )
+    reader = stream_reader(planner, clock, minOffsetsPerTrigger="10", maxTriggerDelay="1m")
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMinRows(10)
+    start = ov.to_document(v(p0=0))
+    assert reader.latestOffset(start, limit) is start  # 3 < 10: held
+    assert reader.latestOffset(start, limit) == ov.to_document(v(p0=12))
+    start = ov.to_document(v(p0=12))
+    assert reader.latestOffset(start, limit) is start  # 1 new record
+    clock.now += 60  # maxTriggerDelay passed
+    assert reader.latestOffset(start, limit) == ov.to_document(v(p0=14))
+    assert all(a["max_records"] == 0 for a in planner.asked)
+
+
+def test_min_with_max_plans_at_most_max() -> None:
+    clock = Clock()
+    planner = FakePlanner((v(p0=3), v(p0=3)), (v(p0=10), v(p0=30)))
+    reader = stream_reader(
+        planner, clock, minOffsetsPerTrigger="5", maxOffsetsPerTrigger="10", maxTriggerDelay="1h"
+    )
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxRows(10)
+    start = ov.to_document(v(p0=0))
+    assert reader.latestOffset(start, limit) is start  # 3 available < 5
+    assert reader.latestOffset(start, limit) == ov.to_document(v(p0=10))
+    assert [a["max_records"] for a in planner.asked] == [10, 10]
+
+
+def test_spark_asking_for_everything_skips_the_minimum() -> None:
+    planner = FakePlanner((v(p0=1), v(p0=1)))
+    reader = stream_reader(planner, Clock(), minOffsetsPerTrigger="10")
+    assert reader.latestOffset(ov.to_document(v(p0=0)), ReadAllAvailable()) == ov.to_document(
+        v(p0=1)
+    )
+
+
+def test_available_now_skips_the_minimum() -> None:
+    planner = FakePlanner((v(p0=1), v(p0=1)))
+    reader = stream_reader(planner, Clock(), minOffsetsPerTrigger="10")
+    reader._target = ov.as_offsets(v(p0=1))  # what prepareForTriggerAvailableNow sets
+    assert reader.latestOffset(ov.to_document(v(p0=0)), ReadMinRows(10)) == ov.to_document(v(p0=1))
+
+
+def test_report_latest_offset_is_what_is_available_without_the_limit() -> None:
+    planner = FakePlanner((v(p0=5), v(p0=40)), (v(p0=7), None))
+    reader = stream_reader(planner, Clock(), maxOffsetsPerTrigger="5")
+    assert reader.reportLatestOffset() is None  # nothing asked yet
+    reader.latestOffset(ov.to_document(v(p0=0)), reader.getDefaultReadLimit())
+    assert reader.reportLatestOffset() == ov.to_document(v(p0=40))
+    # a coordinator from before `available` was sent: the end is all we know
+    reader.latestOffset(ov.to_document(v(p0=5)), reader.getDefaultReadLimit())
+    assert reader.reportLatestOffset() == ov.to_document(v(p0=7))
