@@ -185,6 +185,9 @@ def _render_stream(info: admin_pb2.StreamInfo) -> None:
             if not c.reachable
             else (f"draining to {len(c.drain_offsets)} end offsets" if c.drain_offsets else "")
         ]
+        starting = doc["clusters"].get(c.cluster, {}).get("starting")
+        if starting is not None:
+            notes.append(_starting_note(starting))
         stopping = doc["clusters"].get(c.cluster, {}).get("stopping")
         if stopping is not None:
             notes.append(_stopping_note(stopping))
@@ -198,6 +201,13 @@ def _render_stream(info: admin_pb2.StreamInfo) -> None:
             note,
         )
     console.print(table)
+
+
+def _starting_note(starting: str | dict[str, Any]) -> str:
+    """``new queries start at latest`` or ``... at time 1767225600000 ms``."""
+    if isinstance(starting, dict):
+        return f"new queries start at time {starting.get('timestamp')} ms"
+    return f"new queries start at {starting}"
 
 
 def _stopping_note(stopping: dict[str, Any]) -> str:

@@ -251,3 +251,45 @@ def test_remembered_positions_survive_a_coordinator_restart(
         admin.put_stream(doc)
         back = eventually(lambda: latest(planner, name, "q", without), timeout_s=30)
         assert back == {f"a/{topic}/0": 11, f"b/{topic}/0": 11}
+
+
+# -- per-cluster starting position ---------------------------------------------------
+
+
+def test_a_cluster_added_to_a_running_query_starts_at_its_starting_time(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    """``"starting": {"timestamp": t}``: a cluster that joins a stream while
+    a query reads it enters that query at its first record at or after t
+    (Flink's per-cluster starting offsets); the query's other clusters go on
+    where they were."""
+    a, b = kafka.shared(2)
+    topic = uid("st")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 1})
+    produce_sequence(a.bootstrap, topic, 1, "a", range(10))  # a to 11
+    produce_sequence(b.bootstrap, topic, 1, "b", range(10))  # b's offsets 0-10: before t
+    t = int(time.time() * 1000) + 1
+    eventually(lambda: time.time() * 1000 > t + 1, timeout_s=5)
+    produce_sequence(b.bootstrap, topic, 1, "b", range(10, 20))  # from offset 11: after t
+    name = uid("s")
+    doc = stream_doc(name, {"a": (a.bootstrap, [topic])})
+    admin.put_stream(doc)
+    start, _ = planner.resolve(name, EARLIEST)
+    first = latest(planner, name, "q", start)
+    assert first == {f"a/{topic}/0": 11}
+
+    both = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
+    both["clusters"]["b"]["starting"] = {"timestamp": t}
+    admin.put_stream(both)
+
+    def with_b() -> dict[str, int] | None:
+        end = latest(planner, name, "q", first)
+        return end if f"b/{topic}/0" in end else None
+
+    entered = eventually(with_b, timeout_s=20)
+    assert entered == {f"a/{topic}/0": 11, f"b/{topic}/0": 11}
+    assert latest(planner, name, "q", entered) == {f"a/{topic}/0": 11, f"b/{topic}/0": 22}
+    shown = run_admin_cli(["--coordinator", planner.address, "streams", "get", name, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["document"]["clusters"]["b"]["starting"] == {"timestamp": t}
