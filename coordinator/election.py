@@ -101,6 +101,8 @@ class Election:
         self._clock = clock
         #: None: renew on the event loop, through ``etcd``.
         self._renewal_etcd = renewal_etcd
+        #: The keeper of the leadership held now, or last (renewals on their own thread).
+        self.keeper: LeaseKeeper | None = None
         #: Create revision of our leader key while we lead.
         self._revision: int | None = None
         self._valid_until = 0.0
@@ -200,7 +202,9 @@ class Election:
         keeper = None
         if self._renewal_etcd is not None and self._lease is not None:
             assert self._revision is not None
-            keeper = LeaseKeeper(self, self._renewal_etcd, self._lease, self._revision)
+            keeper = self.keeper = LeaseKeeper(
+                self, self._renewal_etcd, self._lease, self._revision
+            )
             keeper.start()
         try:
             await self._on_elected()
@@ -304,6 +308,10 @@ class LeaseKeeper:
     def stop(self) -> None:
         """Ends the thread within a renewal interval; never blocks the caller."""
         self._stopped.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -656,10 +655,6 @@ async def test_resign_frees_the_key_even_when_on_deposed_raises(replicas: MakeNo
 # -- renewals on their own thread ---------------------------------------------------
 
 
-def keeper_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "multikafka-lease-keeper"]
-
-
 @pytest.mark.parametrize("keeper", [True, False])
 async def test_a_busy_loop_costs_the_leadership_unless_a_keeper_renews(
     replicas: MakeNode, keeper: bool
@@ -686,7 +681,9 @@ async def test_a_keeper_that_finds_the_lease_gone_deposes_the_leader(
     a = replicas(etcd, "a", ttl_s=LOOP_TTL, keeper=True)
     a.start()
     await eventually_async(lambda: a.elected == 1, timeout_s=SOON)
-    assert len(keeper_threads()) == 1
+    first = a.election.keeper
+    assert first is not None
+    assert first.alive
     lease = lease_of(etcd, KEY)
     assert lease is not None
     etcd.expire_lease(lease)
@@ -694,8 +691,12 @@ async def test_a_keeper_that_finds_the_lease_gone_deposes_the_leader(
     assert a.metric("multikafka_lease_renewals_failed_total") >= 1
     # It campaigns again and wins a new term, with a new keeper for it.
     await eventually_async(lambda: a.elected == 2, timeout_s=SOON)
-    await eventually_async(lambda: len(keeper_threads()) == 1, timeout_s=SOON)
+    second = a.election.keeper
+    assert second is not None
+    assert second is not first
+    await eventually_async(lambda: not first.alive, timeout_s=SOON)
+    assert second.alive
     a.election.resign()
     assert a.task is not None
     await asyncio.wait_for(a.task, 2.0)
-    await eventually_async(lambda: keeper_threads() == [], timeout_s=SOON)
+    await eventually_async(lambda: not second.alive, timeout_s=SOON)
