@@ -233,8 +233,8 @@ class Reader:
         """Arrow batches of the stream as they come, micro-batch after
         micro-batch. Ends after ``idle_timeout_s`` seconds without a
         micro-batch (None: never; records held back by
-        ``min_records_per_batch`` do not make one). Leaving the loop early is fine: the next call goes on
-        from :attr:`offsets`."""
+        ``min_records_per_batch`` do not make one). Leaving the loop early
+        is fine: the next call goes on from :attr:`offsets`."""
         if self._closed:
             raise ValidationError("reader", "closed; open a new Reader to read again")
         agent = self._agent or get_agent()
