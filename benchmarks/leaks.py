@@ -143,7 +143,7 @@ class Round:
         """Plan the whole stream (earliest to latest) as Spark would."""
         from multikafka_core.planner_client import PlannerClient
         from multikafka_core.v1 import planner_pb2
-        from spark_bridge.partition import partitions_from_plan
+        from reader_agent.plan import tasks_from_plan
 
         client = PlannerClient(self.coordinator.address, timeout_s=10)
         try:
@@ -156,7 +156,7 @@ class Round:
             )
         finally:
             client.close()
-        parts = partitions_from_plan(
+        return tasks_from_plan(
             plan,
             coordinator=self.coordinator.address,
             stream=stream,
@@ -164,7 +164,6 @@ class Round:
             include_headers=False,
             fail_on_data_loss=True,
         )
-        return [p.task for p in parts]
 
     # -- phase "streams": a stream is put, planned, read and deleted ---------------------
 

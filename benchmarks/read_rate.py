@@ -365,8 +365,8 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     from multikafka_core.planner_client import PlannerClient
     from multikafka_core.transport import ConnectConfig
     from multikafka_core.v1 import planner_pb2
+    from reader_agent.plan import tasks_from_plan
     from spark_bridge.options import SourceOptions
-    from spark_bridge.partition import partitions_from_plan
 
     defaults = SourceOptions.parse({"coordinator": address, "stream": STREAM}, streaming=False)
     client = PlannerClient(address, timeout_s=30)
@@ -383,7 +383,7 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
         )
     finally:
         client.close()
-    parts = partitions_from_plan(
+    return tasks_from_plan(
         plan,
         coordinator=ConnectConfig.parse(address),
         stream=STREAM,
@@ -391,7 +391,6 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
         include_headers=False,
         fail_on_data_loss=True,
     )
-    return [p.task for p in parts]
 
 
 @contextmanager

@@ -41,8 +41,9 @@ from multikafka_core.planner_client import PlannerClient
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
 from reader_agent import get_agent
+from reader_agent.plan import tasks_from_plan
 from spark_bridge.options import SourceOptions, connect_config, decoding_of
-from spark_bridge.partition import MultiKafkaPartition, partitions_from_plan
+from spark_bridge.partition import MultiKafkaPartition
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class _Base:
             max_records_per_partition=o.max_records_per_partition,
             parallelism=o.parallelism,
         )
-        return partitions_from_plan(
+        tasks = tasks_from_plan(
             plan,
             coordinator=self.connect,
             stream=o.stream,
@@ -95,6 +96,7 @@ class _Base:
             decoding=o.decoding,
             overrides=o.kafka,
         )
+        return [MultiKafkaPartition(task) for task in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, MultiKafkaPartition):

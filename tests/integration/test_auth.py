@@ -30,7 +30,8 @@ from multikafka_core.planner_client import PlannerClient
 from multikafka_core.transport import ConnectConfig, bearer
 from multikafka_core.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from reader_agent import ReaderAgent
-from spark_bridge.partition import partitions_from_plan
+from reader_agent.plan import tasks_from_plan
+from spark_bridge.partition import MultiKafkaPartition
 from tests.certs import Certs, make_certs
 from tests.conftest import KafkaClusters
 from tests.helpers import (
@@ -373,14 +374,17 @@ def test_cluster_secret_reaches_only_the_authenticated_reader(
         finally:
             planner.close()
         # Planned partitions (what Spark prints) do not show it either.
-        parts = partitions_from_plan(
-            plan,
-            coordinator=s.connect(s.reader_token),
-            stream=name,
-            query_id="q-auth",
-            include_headers=False,
-            fail_on_data_loss=True,
-        )
+        parts = [
+            MultiKafkaPartition(task)
+            for task in tasks_from_plan(
+                plan,
+                coordinator=s.connect(s.reader_token),
+                stream=name,
+                query_id="q-auth",
+                include_headers=False,
+                fail_on_data_loss=True,
+            )
+        ]
         assert parts
         assert all(p.task.clusters["a"].properties["sasl.password"] == secret for p in parts)
         seen += [repr(p) for p in parts] + [repr(p.task.clusters) for p in parts]
@@ -571,17 +575,14 @@ def test_reader_agent_link_over_tls_with_the_reader_token(
             )
         finally:
             planner.close()
-        tasks = [
-            p.task
-            for p in partitions_from_plan(
-                plan,
-                coordinator=secure.connect(secure.reader_token),
-                stream=name,
-                query_id="q-link",
-                include_headers=False,
-                fail_on_data_loss=True,
-            )
-        ]
+        tasks = tasks_from_plan(
+            plan,
+            coordinator=secure.connect(secure.reader_token),
+            stream=name,
+            query_id="q-link",
+            include_headers=False,
+            fail_on_data_loss=True,
+        )
         keys = [
             k.decode()
             for task in tasks

@@ -23,7 +23,7 @@ from multikafka_core.admin_client import AdminClient
 from multikafka_core.planner_client import PlannerClient
 from multikafka_core.v1 import planner_pb2
 from reader_agent import ReaderAgent
-from spark_bridge.partition import partitions_from_plan
+from reader_agent.plan import tasks_from_plan
 from tests.conftest import KafkaClusters
 from tests.helpers import (
     eventually,
@@ -314,7 +314,7 @@ def _watched_stream(
         start, _ = planner.resolve(name, planner_pb2.Position(kind=planner_pb2.Position.EARLIEST))
         end = planner.latest(name, query, start, max_records=0, cap=None, fail_on_data_loss=True)
         plan = planner.plan(name, query, start, end, min_partitions=1)
-        for part in partitions_from_plan(
+        for task in tasks_from_plan(
             plan,
             coordinator=coordinator.address,  # type: ignore[arg-type]
             stream=name,
@@ -322,7 +322,7 @@ def _watched_stream(
             include_headers=False,
             fail_on_data_loss=True,
         ):
-            for _ in agent.read(part.task):
+            for _ in agent.read(task):
                 pass
         planner.commit(name, query, end, "")
     finally:

@@ -19,7 +19,7 @@ from multikafka_core.admin_client import AdminClient
 from multikafka_core.planner_client import PlannerClient
 from multikafka_core.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from reader_agent import ReaderAgent, ReadTask
-from spark_bridge.partition import partitions_from_plan
+from reader_agent.plan import tasks_from_plan
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
 
@@ -46,7 +46,7 @@ def _tasks(coordinator: CoordinatorThread, stream: str, query: str = "q") -> lis
         )
     finally:
         client.close()
-    parts = partitions_from_plan(
+    return tasks_from_plan(
         plan,
         coordinator=coordinator.address,
         stream=stream,
@@ -54,7 +54,6 @@ def _tasks(coordinator: CoordinatorThread, stream: str, query: str = "q") -> lis
         include_headers=False,
         fail_on_data_loss=True,
     )
-    return [p.task for p in parts]
 
 
 def _read_all(agent: ReaderAgent, tasks: list[ReadTask]) -> list[str]:
