@@ -26,7 +26,6 @@ the draining cluster committed past its end, so commit as you go.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -43,7 +42,7 @@ from multikafka_core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.payloads import PayloadDecoding
 from multikafka_core.planner_client import PlannerClient
-from multikafka_core.positions import with_split_times
+from multikafka_core.positions import offsets_position, with_split_times
 from multikafka_core.providers.kafka_overrides import check_overrides
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
@@ -353,20 +352,7 @@ def _start(value: Start, timestamp_ms: int | None) -> Position | dict[str, int]:
             "starting_offsets",
             f"must be earliest, latest, JSON text or a position a Reader gave, got {type(value).__name__}",
         )
-    text = value.strip()
-    if text.lower() == "earliest":
-        return Position(kind=Position.EARLIEST)
-    if text.lower() == "latest":
-        return Position(kind=Position.LATEST)
-    if text.startswith("{"):
-        offsets = ov.parse_json(text, "starting_offsets", allow_special=True)
-        if not offsets:
-            raise ValidationError("starting_offsets", "names no split")
-        return Position(kind=Position.SPECIFIC, offsets=offsets, fallback=Position.EARLIEST)
-    raise ValidationError(
-        "starting_offsets",
-        f"must be earliest, latest or JSON like {json.dumps({'cluster/topic/0': 42})}, got {value!r}",
-    )
+    return offsets_position(value, "starting_offsets")
 
 
 def _advance(position: dict[str, int], batch: pa.RecordBatch) -> None:

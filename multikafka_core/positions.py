@@ -1,9 +1,11 @@
-"""Starting and ending positions with per-split times (Spark's
-``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``), built the
-same way by the Spark source and the standalone reader."""
+"""Starting and ending positions as users write them (``earliest``,
+``latest``, JSON offsets like Spark's ``startingOffsets``) and with per-split
+times (Spark's ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp``),
+built the same way by the Spark source and the standalone reader."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from multikafka_core import offsets as ov
@@ -14,6 +16,36 @@ Position = planner_pb2.Position
 
 #: Strategy name -> what a split with no record at or after its time does.
 NO_MATCH = {"error": Position.NO_MATCH_ERROR, "latest": Position.NO_MATCH_LATEST}
+
+
+def offsets_position(text: str, field: str, *, ending: bool = False) -> planner_pb2.Position:
+    """``earliest``, ``latest`` or JSON offsets (``-2`` earliest, ``-1``
+    latest, as Spark's) as a position; splits the JSON does not name take
+    earliest (a start) or latest (an end). ``field`` names the option in
+    errors."""
+    raw = text.strip()
+    if raw.lower() == "earliest":
+        if ending:
+            raise ValidationError(field, "earliest is not a valid end; use latest or JSON")
+        return Position(kind=Position.EARLIEST)
+    if raw.lower() == "latest":
+        return Position(kind=Position.LATEST)
+    if raw.startswith("{"):
+        offsets = ov.parse_json(raw, field, allow_special=True)
+        if not offsets:
+            raise ValidationError(field, "names no split")
+        if ending:
+            early = sorted(s for s, o in offsets.items() if o == -2)
+            if early:
+                raise ValidationError(
+                    f"{field}.{early[0]}", "-2 (earliest) is not a valid end; use -1 or an offset"
+                )
+        fallback = Position.LATEST if ending else Position.EARLIEST
+        return Position(kind=Position.SPECIFIC, offsets=offsets, fallback=fallback)
+    raise ValidationError(
+        field,
+        f"must be earliest, latest or JSON like {json.dumps({'cluster/topic/0': 42})}, got {raw!r}",
+    )
 
 
 def with_split_times(

@@ -6,17 +6,15 @@ silently read from the default position).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from multikafka_core import env
-from multikafka_core import offsets as ov
 from multikafka_core.admission import DEFAULT_MAX_DELAY_S
 from multikafka_core.exceptions import ValidationError
 from multikafka_core.payloads import PayloadDecoding
-from multikafka_core.positions import with_split_times
+from multikafka_core.positions import offsets_position, with_split_times
 from multikafka_core.providers.kafka_overrides import Overrides, check_overrides
 from multikafka_core.transport import ConnectConfig
 from multikafka_core.v1 import planner_pb2
@@ -262,29 +260,6 @@ def _base_position(opts: Mapping[str, str], which: str, default: str) -> planner
     if ts_key in opts:
         ts = _int(opts, ts_key, 0, low=0)
         return Position(kind=Position.TIMESTAMP, timestamp_ms=ts or 0)
-    raw = opts.get(off_key, default).strip()
-    if raw.lower() == "earliest":
-        if which == "ending":
-            raise ValidationError(
-                f"option {off_key}", "earliest is not a valid end; use latest or JSON"
-            )
-        return Position(kind=Position.EARLIEST)
-    if raw.lower() == "latest":
-        return Position(kind=Position.LATEST)
-    if raw.startswith("{"):
-        offsets = ov.parse_json(raw, f"option {off_key}", allow_special=True)
-        if not offsets:
-            raise ValidationError(f"option {off_key}", "names no split")
-        if which == "ending":
-            early = sorted(s for s, o in offsets.items() if o == -2)
-            if early:
-                raise ValidationError(
-                    f"option {off_key}.{early[0]}",
-                    "-2 (earliest) is not a valid end; use -1 or an offset",
-                )
-        fallback = Position.EARLIEST if which == "starting" else Position.LATEST
-        return Position(kind=Position.SPECIFIC, offsets=offsets, fallback=fallback)
-    raise ValidationError(
-        f"option {off_key}",
-        f"must be earliest, latest or JSON like {json.dumps({'cluster/topic/0': 42})}, got {raw!r}",
+    return offsets_position(
+        opts.get(off_key, default), f"option {off_key}", ending=which == "ending"
     )
