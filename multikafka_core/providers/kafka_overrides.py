@@ -130,10 +130,10 @@ def check_overrides(overrides: Mapping[str, str], prefix: str = "") -> Overrides
             raise ValidationError(field, "takes a function; options can only give text")
         checked[key] = str(value)
     for key, value in checked.items():
-        problem = _refused(key, value)
+        problem = _refused({key: value})
         if problem:
             raise ValidationError(f"{prefix}{key}", f"librdkafka refuses it: {problem}")
-    if checked and (problem := _refused_together(checked)):
+    if checked and (problem := _refused(checked)):
         raise ValidationError(
             f"{prefix}{', '.join(sorted(checked))}", f"librdkafka refuses them: {problem}"
         )
@@ -150,17 +150,9 @@ def with_overrides(connection: Connection, overrides: Mapping[str, str]) -> Conn
     return Connection(connection.cluster, connection.bootstrap_servers, Overrides(merged))
 
 
-def _refused(key: str, value: str) -> str:
-    """Why librdkafka refuses ``key=value`` alone ("" if it takes it)."""
-    return _try({key: value})
-
-
-def _refused_together(settings: Mapping[str, str]) -> str:
-    """Why librdkafka refuses ``settings`` next to the reader defaults ("" if it takes them)."""
-    return _try(settings)
-
-
-def _try(settings: Mapping[str, str]) -> str:
+def _refused(settings: Mapping[str, str]) -> str:
+    """Why librdkafka refuses ``settings`` next to the reader defaults ("" if
+    it takes them)."""
     config = {**_READER_DEFAULTS, "group.id": READER_GROUP_ID, **settings}
     try:
         # No bootstrap servers: it connects to nothing; made and closed at once.
