@@ -107,7 +107,11 @@ class PayloadDecoding:
 
     def arrow_schema(self, *, include_headers: bool) -> pa.Schema:
         """The schema of a decoded batch: the read's, with ``key`` and
-        ``value`` decoded and the ``_corrupt_*`` columns last."""
+        ``value`` decoded and the ``_corrupt_*`` columns last (made once per
+        spec, not per batch)."""
+        return _schema(self, include_headers)
+
+    def _make_schema(self, include_headers: bool) -> pa.Schema:
         base = arrow.SCHEMA_WITH_HEADERS if include_headers else arrow.SCHEMA
         if self.is_raw:
             return base
@@ -173,6 +177,11 @@ class PayloadDecoding:
             return out.filter(pa.array(~bad))
         counts.corrupt += n_bad
         return out
+
+
+@functools.cache
+def _schema(spec: PayloadDecoding, include_headers: bool) -> pa.Schema:
+    return spec._make_schema(include_headers)
 
 
 @functools.cache
