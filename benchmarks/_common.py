@@ -155,3 +155,26 @@ def finish(
     png = img_path(resolve_out(out), f"{name}.png")
     plot(result, png)
     return json_path, png
+
+
+def bars_with_range(
+    ax: Any,
+    names: Sequence[str],
+    summaries: Sequence[Mapping[str, float]],
+    *,
+    label: str,
+    colors: Sequence[str],
+    log: bool = False,
+) -> None:
+    """One bar per name at its median, with its [min, max] as the error bar
+    (what :func:`summary` gives), on matplotlib axes ``ax``."""
+    med = [s["median"] for s in summaries]
+    err = [
+        [m - s["min"] for m, s in zip(med, summaries, strict=True)],
+        [s["max"] - m for m, s in zip(med, summaries, strict=True)],
+    ]
+    ax.bar(list(names), med, yerr=err, capsize=4, color=list(colors)[: len(names)])
+    ax.set_ylabel(label)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3)

@@ -41,7 +41,15 @@ import pyarrow as pa
 from confluent_kafka import Message
 from rich.table import Table
 
-from benchmarks._common import console, finish, machine, median_range, progress_bar, summary
+from benchmarks._common import (
+    bars_with_range,
+    console,
+    finish,
+    machine,
+    median_range,
+    progress_bar,
+    summary,
+)
 from multikafka_core import arrow
 from multikafka_core.payloads import PayloadDecoding
 
@@ -167,18 +175,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
         (axes[0], "records_per_s", "records/s (wall)"),
         (axes[1], "cpu_s_per_million", "CPU s per million records"),
     ):
-        s = [result["variants"][v][key] for v in variants]
-        med = [x["median"] for x in s]
-        err = [
-            [m - x["min"] for m, x in zip(med, s, strict=True)],
-            [x["max"] - m for m, x in zip(med, s, strict=True)],
-        ]
-        ax.bar(variants, med, yerr=err, capsize=4, color=["#888", "#6a9", "#36c", "#c63", "#aaa"])
-        ax.set_ylabel(label)
-        if key == "records_per_s":
-            ax.set_yscale("log")
+        bars_with_range(
+            ax,
+            variants,
+            [result["variants"][v][key] for v in variants],
+            label=label,
+            colors=["#888", "#6a9", "#36c", "#c63", "#aaa"],
+            log=key == "records_per_s",
+        )
         ax.tick_params(axis="x", rotation=20)
-        ax.grid(axis="y", alpha=0.3)
     p = result["params"]
     fig.suptitle(
         f"Decoding ~{p['value_bytes']} B JSON values (5 fields), {p['records']:,} records in batches "

@@ -36,6 +36,7 @@ from typing import Any
 from rich.table import Table
 
 from benchmarks._common import (
+    bars_with_range,
     console,
     finish,
     machine,
@@ -149,15 +150,13 @@ def plot(result: dict[str, Any], path: Path) -> None:
         (axes[0], "records_per_s", "records/s (wall)"),
         (axes[1], "cpu_s_per_million", "CPU s per million records (reading threads)"),
     ):
-        s = [result["methods"][m][key] for m in methods]
-        med = [x["median"] for x in s]
-        err = [
-            [m - x["min"] for m, x in zip(med, s, strict=True)],
-            [x["max"] - m for m, x in zip(med, s, strict=True)],
-        ]
-        ax.bar(methods, med, yerr=err, capsize=4, color=["#888", "#36c", "#6a9"])
-        ax.set_ylabel(label)
-        ax.grid(axis="y", alpha=0.3)
+        bars_with_range(
+            ax,
+            methods,
+            [result["methods"][m][key] for m in methods],
+            label=label,
+            colors=["#888", "#36c", "#6a9"],
+        )
     c = result["config"]
     fig.suptitle(
         f"Standalone reader vs agent vs plain consumer: {c['records']:,} records, 2 tansu "
