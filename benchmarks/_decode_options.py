@@ -23,8 +23,8 @@ import pyarrow as pa
 from confluent_kafka import Message
 
 from benchmarks._common import summary
-from multikafka_core import arrow
-from multikafka_core.arrow import HEADERS_TYPE, TIMESTAMP_TYPE, Columns
+from multikafka.reader_agent import arrow
+from multikafka.reader_agent.arrow import HEADERS_TYPE, TIMESTAMP_TYPE, Columns
 
 Batches = list[list[Message]]
 
@@ -33,12 +33,12 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, batch: in
     """Up to ``records`` messages of ``topic`` in the batches ``consume`` gave."""
     from confluent_kafka import Consumer, TopicPartition
 
+    from multikafka.core.kafka_config import READER_DEFAULTS
     from multikafka.devstack.stack import TANSU_PROPERTIES
-    from multikafka_core.providers.kafka import _READER_DEFAULTS
 
     consumer = Consumer(
         {
-            **_READER_DEFAULTS,
+            **READER_DEFAULTS,
             **TANSU_PROPERTIES,
             "bootstrap.servers": bootstrap,
             "group.id": "bench-decode-options",

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from multikafka.devstack.processes import CoordinatorThread
-    from multikafka_core.v1 import reader_pb2
-    from reader_agent import ReadTask
+    from multikafka.reader_agent import ReadTask
+    from multikafka.v1 import reader_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ def own_connections() -> None:
     connection of its own, as agents in separate processes have (gRPC's
     global subchannel pool would otherwise put every agent of a process on
     one connection). Benchmark-side only; the product is unchanged."""
-    from multikafka_core import transport
+    from multikafka.core import transport
 
     transport._OPTIONS = (*transport._OPTIONS, ("grpc.use_local_subchannel_pool", 1))
 
@@ -213,7 +213,7 @@ def coordinator_main(
     """A coordinator (its own event loop thread, as in production) in this
     process, answering the benchmark's commands."""
     _child_setup()
-    from coordinator import CoordinatorConfig, EtcdEndpoint
+    from multikafka.coordinator import CoordinatorConfig, EtcdEndpoint
     from multikafka.devstack.processes import CoordinatorThread
 
     cfg = CoordinatorConfig(etcd=EtcdEndpoint.parse(etcd_url), listen="127.0.0.1:0", **config)
@@ -430,7 +430,7 @@ class Fleet:
     def __init__(
         self, coordinator: str, n: int, heartbeat_s: float, notify: Callable[[int], None]
     ) -> None:
-        from reader_agent import ReaderAgent
+        from multikafka.reader_agent import ReaderAgent
 
         fleet = self
 

@@ -50,8 +50,8 @@ from benchmarks._common import (
     progress_bar,
     summary,
 )
-from multikafka_core import arrow
-from multikafka_core.payloads import PayloadDecoding
+from multikafka.reader_agent import arrow
+from multikafka.reader_agent.payloads import PayloadDecoding
 
 SCHEMA = "id long, name string, price double, tags array<string>, ts timestamp"
 JSON = PayloadDecoding.parse(value_format="json", value_schema=SCHEMA)

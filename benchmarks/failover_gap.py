@@ -43,10 +43,10 @@ from benchmarks._common import (
     wait_until,
     write_json,
 )
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack.feed import Feed, create_topics, sequence_report
 from multikafka.devstack.spark import local_spark
 from multikafka.devstack.stack import LocalStack, local_stack, stream_doc
-from multikafka_core.admin_client import AdminClient
 
 MARGIN_MS = 1000
 

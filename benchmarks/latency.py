@@ -54,10 +54,10 @@ from benchmarks._common import (
     summary,
 )
 from benchmarks._processes import CoordinatorProcess
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.spark import local_spark
 from multikafka.devstack.stack import TANSU_PROPERTIES, LocalStack, local_stack, stream_doc
-from multikafka_core.admin_client import AdminClient
 
 CLUSTERS = ("a", "b")
 PARTITIONS = 2

@@ -66,9 +66,9 @@ from benchmarks._common import (
 from benchmarks._processes import AgentsProcess, CoordinatorProcess, raise_fd_limit
 
 if TYPE_CHECKING:
+    from multikafka.core.admin_client import AdminClient
     from multikafka.devstack.stack import LocalStack
-    from multikafka_core.admin_client import AdminClient
-    from reader_agent import ReadTask
+    from multikafka.reader_agent import ReadTask
 
 TOPIC = "leak"
 PARTITIONS = 2
@@ -141,9 +141,9 @@ class Round:
 
     def tasks(self, stream: str) -> list[ReadTask]:
         """Plan the whole stream (earliest to latest) as Spark would."""
-        from multikafka_core.planner_client import PlannerClient
-        from multikafka_core.v1 import planner_pb2
-        from reader_agent.plan import tasks_from_plan
+        from multikafka.core.planner_client import PlannerClient
+        from multikafka.reader_agent.plan import tasks_from_plan
+        from multikafka.v1 import planner_pb2
 
         client = PlannerClient(self.coordinator.address, timeout_s=10)
         try:
@@ -168,9 +168,9 @@ class Round:
     # -- phase "streams": a stream is put, planned, read and deleted ---------------------
 
     def stream_cycle(self, name: str, reader: Any, *, failover: bool) -> None:
+        from multikafka.core.planner_client import PlannerClient
         from multikafka.devstack.stack import stream_doc
-        from multikafka_core.planner_client import PlannerClient
-        from multikafka_core.v1 import planner_pb2, reader_pb2
+        from multikafka.v1 import planner_pb2, reader_pb2
 
         a, b = self.stack.clusters["a"], self.stack.clusters["b"]
         if failover:
@@ -200,7 +200,7 @@ class Round:
     # -- phase "expiry": agents come, heartbeat, report, and go silent ------------------
 
     def expiry_batch(self, first: int, count: int, stream: str, known: int) -> None:
-        from multikafka_core.v1 import reader_pb2
+        from multikafka.v1 import reader_pb2
 
         stub = self.expiry_stub
         calls = []
@@ -258,8 +258,8 @@ class RawReader:
 def raw_reader(address: str, agent_id: str) -> Iterator[RawReader]:
     import grpc
 
-    from multikafka_core.planner_client import PlannerClient
-    from multikafka_core.v1 import reader_pb2_grpc
+    from multikafka.core.planner_client import PlannerClient
+    from multikafka.v1 import reader_pb2_grpc
 
     channel = grpc.insecure_channel(address)
     planner = PlannerClient(address, timeout_s=10)
@@ -275,9 +275,9 @@ def run_round(
 ) -> dict[str, Any]:
     import grpc
 
+    from multikafka.core.admin_client import AdminClient
     from multikafka.devstack.stack import stream_doc
-    from multikafka_core.admin_client import AdminClient
-    from multikafka_core.v1 import reader_pb2_grpc
+    from multikafka.v1 import reader_pb2_grpc
 
     with ExitStack() as cleanup:
         task = progress.add_task(f"round {index + 1}: starting", total=None, note="")

@@ -90,7 +90,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from multikafka.devstack.stack import LocalStack
-    from reader_agent import ReadTask
+    from multikafka.reader_agent import ReadTask
 
 
 STREAM = "bench"
@@ -237,8 +237,8 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None], *, count_only: bool 
     ``count_only``: the strict baseline, GC disabled, no per-message work."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    from multikafka.core.kafka_config import READER_DEFAULTS
     from multikafka.devstack.stack import TANSU_PROPERTIES
-    from multikafka_core.providers.kafka import _READER_DEFAULTS
 
     t0 = time.perf_counter()
     total = 0
@@ -250,7 +250,7 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None], *, count_only: bool 
     try:
         for name, bootstrap in setup.bootstraps.items():
             config: dict[str, str | int] = {
-                **_READER_DEFAULTS,
+                **READER_DEFAULTS,
                 **TANSU_PROPERTIES,
                 "bootstrap.servers": bootstrap,
                 "group.id": "bench-raw",
@@ -298,14 +298,14 @@ def read_raw_parallel(setup: Setup) -> Run:
     cores: the same baseline when the machine is as busy as under Spark."""
     from confluent_kafka import Consumer, TopicPartition
 
+    from multikafka.core.kafka_config import READER_DEFAULTS
     from multikafka.devstack.stack import TANSU_PROPERTIES
-    from multikafka_core.providers.kafka import _READER_DEFAULTS
 
     meter = ReaderCpu()
     consumers = {
         name: Consumer(
             {
-                **_READER_DEFAULTS,
+                **READER_DEFAULTS,
                 **TANSU_PROPERTIES,
                 "bootstrap.servers": bootstrap,
                 "group.id": "bench-raw",
@@ -362,11 +362,11 @@ def parallel_baseline(setup: Setup, repeat: int) -> dict[str, Any]:
 
 def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     """The whole stream planned as one Spark batch with default options."""
-    from multikafka_core.planner_client import PlannerClient
-    from multikafka_core.transport import ConnectConfig
-    from multikafka_core.v1 import planner_pb2
-    from reader_agent.plan import tasks_from_plan
-    from spark_bridge.options import SourceOptions
+    from multikafka.core.planner_client import PlannerClient
+    from multikafka.core.transport import ConnectConfig
+    from multikafka.reader_agent.plan import tasks_from_plan
+    from multikafka.spark.options import SourceOptions
+    from multikafka.v1 import planner_pb2
 
     defaults = SourceOptions.parse({"coordinator": address, "stream": STREAM}, streaming=False)
     client = PlannerClient(address, timeout_s=30)
@@ -396,7 +396,7 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
 @contextmanager
 def decoder_env(name: str | None) -> Iterator[None]:
     """``MULTIKAFKA_DECODER=name`` in this process for a while (None: as it was)."""
-    from multikafka_core import env
+    from multikafka.core import env
 
     before = os.environ.get(env.DECODER)
     if name is not None:
@@ -412,8 +412,7 @@ def decoder_env(name: str | None) -> Iterator[None]:
 
 def read_agent(setup: Setup, on_batch: Callable[[int], None], *, decoder: str | None = None) -> Run:
     """A fresh reader agent reads every task, one after the other."""
-    from multikafka_core import arrow
-    from reader_agent import ReaderAgent
+    from multikafka.reader_agent import ReaderAgent, arrow
 
     t0 = time.perf_counter()
     tasks = plan_tasks(setup.stack.coordinator_address, f"bench-agent-{uuid.uuid4().hex[:8]}")
@@ -582,7 +581,7 @@ def read_spark(
 def profile_agent(setup: Setup, decoder: str, top: int = 25) -> str:
     """One agent read under cProfile with ``decoder``; returns the top
     functions by own time (``benchmarks/out/agent_read.<decoder>.prof``)."""
-    from reader_agent import ReaderAgent
+    from multikafka.reader_agent import ReaderAgent
 
     tasks = plan_tasks(setup.stack.coordinator_address, f"bench-profile-{uuid.uuid4().hex[:8]}")
     profiler = cProfile.Profile()
@@ -646,23 +645,23 @@ def register_variant_source(
     of either kind can alternate in the same workers.
     Diagnostics, not product changes. Defined here in ``__main__``, so
     cloudpickle ships it to the workers."""
-    from spark_bridge import MultiKafkaDataSource
-    from spark_bridge.options import SourceOptions
-    from spark_bridge.source import MultiKafkaStreamReader
+    from multikafka.spark import MultiKafkaDataSource
+    from multikafka.spark.options import SourceOptions
+    from multikafka.spark.source import MultiKafkaStreamReader
 
     class VariantStreamReader(MultiKafkaStreamReader):
         def read(self, partition: Any) -> Iterator[Any]:
             import gc as worker_gc
             import os as worker_os
 
-            from multikafka_core import env
+            from multikafka.core import env
 
             enabled = worker_gc.isenabled()
             before = worker_os.environ.get(env.DECODER)
             if gc_off:
                 worker_gc.disable()
             if freeze is not None:
-                from multikafka_core.providers import kafka
+                from multikafka.reader_agent import range_reader as kafka
 
                 worker_gc.unfreeze()
                 # 0: the reader freezes as in a new worker; past the end: never
@@ -888,8 +887,8 @@ def spark_session() -> Iterator[SparkSession]:
 @contextmanager
 def started_stack(records: int, value_size: int) -> Iterator[Setup]:
     """etcd, the clusters and a coordinator; the data produced and the stream put."""
+    from multikafka.core.admin_client import AdminClient
     from multikafka.devstack.stack import local_stack, stream_doc
-    from multikafka_core.admin_client import AdminClient
 
     with ExitStack() as cleanup:
         with console.status("starting etcd, 2 tansu clusters and the coordinator"):
@@ -1294,7 +1293,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     quiet_logs()
     from multikafka.devstack.stack import TANSU_PROPERTIES
-    from multikafka_core import arrow
+    from multikafka.reader_agent import arrow
 
     result: dict[str, Any] = {
         "benchmark": "read_rate",

@@ -107,8 +107,8 @@ from benchmarks._processes import (
 )
 
 if TYPE_CHECKING:
+    from multikafka.core.admin_client import AdminClient
     from multikafka.devstack.stack import LocalStack
-    from multikafka_core.admin_client import AdminClient
 
 STREAM = "reconcile-bench"
 CLUSTER = "a"
@@ -568,9 +568,9 @@ def base_stack() -> Iterator[LocalStack]:
 def layout_bench(stack: LocalStack, layout: str, heartbeat_s: float) -> Iterator[Bench]:
     """A coordinator for ``layout`` (own prefix), an admin client, the etcd
     gateway client and the watcher of the stream's key."""
-    from coordinator import CoordinatorConfig, EtcdEndpoint
+    from multikafka.coordinator import CoordinatorConfig, EtcdEndpoint
+    from multikafka.core.admin_client import AdminClient
     from multikafka.devstack.processes import CoordinatorThread
-    from multikafka_core.admin_client import AdminClient
 
     prefix = f"/reconcile-{layout}"
     config: dict[str, Any] = {

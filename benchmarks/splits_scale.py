@@ -10,7 +10,7 @@ a metadata provider injected for the benchmark that reports the partitions
 and their offsets without a broker (no tansu could hold 100,000 partitions on
 this machine); everything else is the product: the Planner service, planning,
 the JSON and etcd work of each call. Every round, from this process, through
-:class:`~multikafka_core.planner_client.PlannerClient`:
+:class:`~multikafka.core.planner_client.PlannerClient`:
 
 * ``ping``: a gRPC health check, the fixed cost of a call (the baseline);
 * ``resolve``: ``ResolveOffsets`` (earliest), what a query does once, at start;
@@ -71,9 +71,9 @@ from benchmarks._common import (
 )
 
 if TYPE_CHECKING:
-    from multikafka_core.model import Connection
-    from multikafka_core.offsets import SplitOffsets
-    from multikafka_core.providers import OffsetQuery
+    from multikafka.coordinator.clusters.kafka import OffsetQuery
+    from multikafka.core.model import Connection
+    from multikafka.core.offsets import SplitOffsets
 
 CALLS = ("ping", "resolve", "latest", "latest_limited", "plan", "commit")
 #: The calls the goal is about (each ≤ 100 ms of coordinator time at 100k splits).
@@ -92,7 +92,7 @@ BASE = 123_456_789
 
 
 class ScaleMetadata:
-    """A :class:`~multikafka_core.providers.MetadataClient` whose every topic
+    """A :class:`~multikafka.coordinator.clusters.kafka.MetadataClient` whose every topic
     has :data:`PARTITIONS` partitions with fixed offsets: earliest
     ``BASE + 1,000 * partition``, latest 50 + partition % 50 further. It
     answers at once, so what is measured is the coordinator's own work."""
@@ -138,8 +138,8 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
     import cProfile
     import pstats
 
-    from coordinator import Coordinator, CoordinatorConfig, EtcdEndpoint
-    from multikafka_core.providers.kafka import KafkaMetadataClient
+    from multikafka.coordinator import Coordinator, CoordinatorConfig, EtcdEndpoint
+    from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
 
     quiet_logs()
     config = CoordinatorConfig(
@@ -317,8 +317,8 @@ def json_forms(vector: Mapping[str, int]) -> dict[str, Any]:
     ``flat`` (before: ``{"cluster/topic/partition": offset}``), ``nested``
     (Spark's Kafka source: ``{"cluster": {"topic": {"partition": offset}}}``)
     and ``document`` (chosen: ``{"cluster": {"topic": [offset, ...]}}``,
-    :func:`multikafka_core.offsets.to_document`)."""
-    from multikafka_core import offsets as ov
+    :func:`multikafka.core.offsets.to_document`)."""
+    from multikafka.core import offsets as ov
 
     v = ov.as_offsets(vector)
     nested: dict[str, dict[str, dict[str, int]]] = {}
@@ -335,7 +335,7 @@ def json_bytes(vector: Mapping[str, int]) -> dict[str, int]:
 
 def progress_bytes(vector: SplitOffsets) -> int:
     """Bytes of the query progress a Commit stores in etcd."""
-    from coordinator.queries import QueryProgress
+    from multikafka.coordinator.state.queries import QueryProgress
 
     return len(QueryProgress("q", STREAM, vector, 0).to_json())
 
@@ -346,7 +346,7 @@ def driver_json_ms(end: SplitOffsets, repeat: int) -> dict[str, dict[str, float]
     and parsing what Spark hands back (``json.loads`` + ``parse``); for the
     flat form of earlier versions, whose driver held the flat dict already,
     ``json.dumps`` of that dict and parsing it. Median [min-max] ms."""
-    from multikafka_core import offsets as ov
+    from multikafka.core import offsets as ov
 
     flat_dict = ov.canonical(end)
     flat = json.dumps(flat_dict)
@@ -402,9 +402,9 @@ def measure(
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from multikafka_core.admin_client import AdminClient
-    from multikafka_core.planner_client import PlannerClient
-    from multikafka_core.v1 import planner_pb2
+    from multikafka.core.admin_client import AdminClient
+    from multikafka.core.planner_client import PlannerClient
+    from multikafka.v1 import planner_pb2
 
     earliest = planner_pb2.Position(kind=planner_pb2.Position.EARLIEST)
     with AdminClient(child.address) as admin:

@@ -53,7 +53,7 @@ METHODS = ("raw_nogc_count", "agent", "reader")
 def read_reader(setup: Setup) -> Run:
     """The standalone reader over the whole stream, from earliest."""
     from multikafka import Reader
-    from reader_agent import ReaderAgent
+    from multikafka.reader_agent import ReaderAgent
 
     t0 = time.perf_counter()
     meter = ReaderCpu()

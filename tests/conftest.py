@@ -33,14 +33,14 @@ from multikafka.devstack import CoordinatorThread, EtcdServer, TansuBroker
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from coordinator import CoordinatorConfig
-    from multikafka_core.admin_client import AdminClient
-    from reader_agent import ReaderAgent
+    from multikafka.coordinator import CoordinatorConfig
+    from multikafka.core.admin_client import AdminClient
+    from multikafka.reader_agent import ReaderAgent
 
 
 #: Point the integration tests at external services instead of starting etcd
 #: and tansu brokers (test-suite settings: they are not product settings, so
-#: they live here and not in ``multikafka_core.env``).
+#: they live here and not in ``multikafka.core.env``).
 TEST_ETCD = "MULTIKAFKA_TEST_ETCD"
 #: Bootstrap addresses, one list per cluster, clusters separated by ``;``.
 TEST_KAFKA_CLUSTERS = "MULTIKAFKA_TEST_KAFKA_CLUSTERS"
@@ -149,7 +149,7 @@ FAST_COORDINATOR: dict[str, Any] = {
 
 
 def coordinator_config(etcd: str, **overrides: Any) -> CoordinatorConfig:
-    from coordinator import CoordinatorConfig, EtcdEndpoint
+    from multikafka.coordinator import CoordinatorConfig, EtcdEndpoint
 
     values = {**FAST_COORDINATOR, **overrides}
     values.setdefault("etcd_prefix", f"/multikafka-test/{uuid.uuid4().hex[:8]}")
@@ -183,7 +183,7 @@ def make_coordinator(etcd_url: str) -> Iterator[Callable[..., CoordinatorThread]
 
 @pytest.fixture
 def admin(coordinator: CoordinatorThread) -> Iterator[AdminClient]:
-    from multikafka_core.admin_client import AdminClient
+    from multikafka.core.admin_client import AdminClient
 
     with AdminClient(coordinator.address) as client:
         yield client

@@ -1,6 +1,6 @@
 """Fakes for unit tests of the coordinator's logic (nothing running):
 
-* :class:`FakeEtcd`: the surface of :class:`coordinator.etcd.Etcd` in memory,
+* :class:`FakeEtcd`: the surface of :class:`multikafka.coordinator.state.etcd.Etcd` in memory,
   with etcd's revision rules (one global revision; create and mod revisions
   per key), watches from a revision, conditional puts, leases, compaction and
   outages;
@@ -23,22 +23,29 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from coordinator.agent_registry import AgentRegistry
-from coordinator.config import CoordinatorConfig
-from coordinator.discovery import Discovery
-from coordinator.entry import EntryOffsets
-from coordinator.etcd import KV, Compacted, Fence, FencedError, FencedEtcd, WatchEvent
-from coordinator.history import History
-from coordinator.leader import LeaderDuties
-from coordinator.lifecycle import ClusterLifecycle
-from coordinator.metadata import MetadataStore
-from coordinator.metrics import Metrics
-from coordinator.queries import QueryStore
-from coordinator.reconcile import Reconciler
-from coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
-from multikafka_core.exceptions import ConflictError, UnavailableError
-from multikafka_core.model import Connection
-from multikafka_core.providers import OffsetQuery
+from multikafka.coordinator.agents.reconcile import Reconciler
+from multikafka.coordinator.agents.registry import AgentRegistry
+from multikafka.coordinator.clusters.discovery import Discovery
+from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
+from multikafka.coordinator.config import CoordinatorConfig
+from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.planning.entry import EntryOffsets
+from multikafka.coordinator.runtime.leader import LeaderDuties
+from multikafka.coordinator.state.etcd import (
+    KV,
+    Compacted,
+    Fence,
+    FencedError,
+    FencedEtcd,
+    WatchEvent,
+)
+from multikafka.coordinator.state.history import History
+from multikafka.coordinator.state.metadata import MetadataStore
+from multikafka.coordinator.state.queries import QueryStore
+from multikafka.coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
+from multikafka.core.exceptions import ConflictError, UnavailableError
+from multikafka.core.model import Connection
 
 # -- etcd ---------------------------------------------------------------------
 
@@ -365,7 +372,7 @@ FAKE_CONFIG = CoordinatorConfig(
 @dataclass
 class Parts:
     """The store every replica has, and the leader's duties (as
-    :class:`coordinator.Coordinator` wires them) over fakes."""
+    :class:`multikafka.coordinator.Coordinator` wires them) over fakes."""
 
     etcd: FakeEtcd
     kafka: FakeKafka
@@ -432,7 +439,7 @@ class Parts:
     async def put(self, doc: Mapping[str, Any]) -> int:
         """Write a stream document to etcd (as an operator would) and wait
         until the coordinator applied it; returns its revision."""
-        from multikafka_core.validation import parse_stream
+        from multikafka.core.validation import parse_stream
 
         spec = parse_stream(doc)
         revision = await self.store.put_stream(spec)

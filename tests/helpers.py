@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 
+from multikafka.core.env import PREFIX as SETTINGS_PREFIX
 from multikafka.devstack import free_port
 from multikafka.devstack.feed import (
     Feed,
@@ -26,13 +27,12 @@ from multikafka.devstack.feed import (
     sequence_report,
 )
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
-from multikafka_core.env import PREFIX as SETTINGS_PREFIX
 
 if TYPE_CHECKING:
     from click.testing import Result
 
-    from multikafka_core.admin_client import AdminClient
-    from multikafka_core.v1 import admin_pb2
+    from multikafka.core.admin_client import AdminClient
+    from multikafka.v1 import admin_pb2
 
 T = TypeVar("T")
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.config import TlsFiles
+from multikafka.coordinator.config import TlsFiles
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.planner_client import PlannerClient
+from multikafka.core.transport import ConnectConfig
 from multikafka.devstack import CoordinatorThread
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.transport import ConnectConfig
 from tests.certs import Certs
 from tests.helpers import eventually
 

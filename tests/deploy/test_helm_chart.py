@@ -316,8 +316,8 @@ def test_rendered_objects_validate_against_kubernetes_schemas(
 def test_chart_version_and_app_version(render: Render) -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["apiVersion"] == "v2"
-    assert chart["version"] == "0.2.0"
-    assert chart["appVersion"] == importlib.metadata.version("multikafka")
+    assert chart["version"] == "0.3.0"
+    assert chart["appVersion"] == importlib.metadata.version("multikafka-coordinator")
     assert render({}).container["image"] == f"multikafka:{chart['appVersion']}"
 
 
@@ -940,15 +940,25 @@ def _dockerfile() -> list[tuple[str, str]]:
     return pairs
 
 
+def _stages() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's build stages, each a list of (INSTRUCTION, arguments)."""
+    stages: list[list[tuple[str, str]]] = []
+    for step in _dockerfile():
+        if step[0] == "FROM":
+            stages.append([])
+        stages[-1].append(step)
+    return stages
+
+
 def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
-    steps = _dockerfile()
+    image = _stages()[-1]
 
     def get(instruction: str) -> list[str]:
-        return [args for ins, args in steps if ins == instruction]
+        return [args for ins, args in image if ins == instruction]
 
     assert get("FROM") == ["python:3.11-slim"]
     (entrypoint,) = get("ENTRYPOINT")
-    assert json.loads(entrypoint) == ["multikafka", "coordinator"]
+    assert json.loads(entrypoint) == ["multikafka-coordinator"]
     (user,) = get("USER")
     uid = user.split(":")[0]
     assert uid.isdigit()
@@ -960,28 +970,60 @@ def test_dockerfile_runs_the_coordinator_as_non_root() -> None:
     env = " ".join(get("ENV"))
     assert "MULTIKAFKA_LISTEN=0.0.0.0:7070" in env
     assert "MULTIKAFKA_METRICS_LISTEN=0.0.0.0:9464" in env
-    installs = [a for a in get("RUN") if "pip install" in a]
-    assert len(installs) == 1
-    assert re.search(r"pip install \.(\s|$)", installs[0])
-    assert "[" not in installs[0]  # no extras: no Spark, no dev tools
 
 
-def test_dockerfile_copies_every_package() -> None:
+def test_dockerfile_installs_the_service_from_its_own_wheels() -> None:
+    """The image installs the coordinator's distribution, built as wheels
+    from its folder and the core's, and nothing else of the project: no
+    pyarrow, Spark or C compiler reach it (what the wheels pull in is checked
+    in a fresh venv by tests/deploy/test_distributions.py)."""
+    build, image = _stages()
+    assert build[0] == ("FROM", "python:3.11-slim AS wheels")
+    copied = {args.split()[0] for ins, args in build if ins == "COPY"}
+    project = _pyproject(REPO / "coordinator" / "pyproject.toml")
+    ours = {r.split("==")[0] for r in project["dependencies"] if r.startswith("multikafka-")}
+    assert ours == {"multikafka-core"}
+    assert copied == {"core", "coordinator"}
+    (wheels,) = [a for ins, a in build if ins == "RUN"]
+    assert re.fullmatch(
+        r"pip wheel --no-deps --wheel-dir /wheels /src/core /src/coordinator", wheels
+    )
+    (install,) = [a for ins, a in image if ins == "RUN" and "pip install" in a]
+    assert re.search(r"pip install --find-links /wheels multikafka-coordinator(\s|$)", install)
+    assert "from=wheels" in install  # mounted for the step: no layer keeps them
+    everything = " ".join(a for stage in (build, image) for _, a in stage)
+    for absent in ("apt-get", "gcc", "multikafka-spark", "multikafka-reader", "pip install ."):
+        assert absent not in everything, absent
+    assert not [a for ins, a in image if ins == "COPY"]
+
+
+def test_the_console_script_the_image_runs_exists() -> None:
+    (script,) = importlib.metadata.entry_points(
+        group="console_scripts", name="multikafka-coordinator"
+    )
+    assert script.value == "multikafka.coordinator.cli:main"
+    assert script.dist is not None
+    assert script.dist.name == "multikafka-coordinator"
+    result = subprocess.run(
+        [sys.executable, "-m", "multikafka.coordinator", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--etcd" in result.stdout
+    assert "--listen" in result.stdout
+    # The umbrella CLI runs the same command.
+    umbrella = CliRunner().invoke(main, ["coordinator", "--help"])
+    assert umbrella.exit_code == 0, umbrella.output
+    flags = re.compile(r"--[a-z][a-z-]+")
+    assert set(flags.findall(umbrella.output)) == set(flags.findall(result.stdout))
+
+
+def _pyproject(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pytest depends on tomli before 3.11
         import tomli as tomllib
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
-    copied = {args.split()[0] for ins, args in _dockerfile() if ins == "COPY"}
-    assert packages <= copied
-
-
-def test_the_console_script_the_image_runs_exists() -> None:
-    (script,) = importlib.metadata.entry_points(group="console_scripts", name="multikafka")
-    assert script.value == "multikafka.cli:main"
-    assert script.load() is main
-    result = CliRunner().invoke(main, ["coordinator", "--help"])
-    assert result.exit_code == 0, result.output
-    assert "--etcd" in result.output
-    assert "--listen" in result.output
+    project: dict[str, Any] = tomllib.loads(path.read_text())["project"]
+    return project

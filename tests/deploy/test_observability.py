@@ -29,8 +29,8 @@ from prometheus_client import generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-from coordinator.metrics import Metrics
-from multikafka_core.model import ClusterState
+from multikafka.coordinator.metrics import Metrics
+from multikafka.core.model import ClusterState
 from tests.deploy import test_helm_chart as chart
 from tests.deploy.test_helm_chart import (
     CHART,

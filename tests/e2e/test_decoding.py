@@ -14,11 +14,11 @@ from confluent_kafka import Producer
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core import spark_ddl
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.payloads import PayloadDecoding
+from multikafka.reader_agent import spark_ddl
+from multikafka.reader_agent.payloads import PayloadDecoding
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import batch_source, run_available_now
 from tests.helpers import eventually, stream_doc, uid

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from multikafka import PreconditionError
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import Feed, create_topics, fence
-from multikafka_core.admin_client import AdminClient
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import sink_rows, source, start_to_parquet
 from tests.helpers import (

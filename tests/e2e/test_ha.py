@@ -18,11 +18,11 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.etcd import KV, Etcd
+from multikafka.coordinator.state.etcd import KV, Etcd
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, EtcdCluster, EtcdServer
 from multikafka.devstack.feed import Feed, create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.v1 import reader_pb2, reader_pb2_grpc
+from multikafka.v1 import reader_pb2, reader_pb2_grpc
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
 from tests.helpers import assert_exactly_once, eventually, stream_doc, uid
@@ -133,7 +133,7 @@ def ha(spark: Any, kafka: KafkaClusters, etcd_url: str, tmp_path: Path) -> Itera
 
 def etcd_get(url: str, key: str) -> KV | None:
     async def get() -> KV | None:
-        from coordinator.config import EtcdConfig
+        from multikafka.coordinator.config import EtcdConfig
 
         client = Etcd(EtcdConfig.parse(url))
         try:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
 from tests.conftest import KafkaClusters
 from tests.helpers import stream_doc, uid
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from multikafka.core.exceptions import ValidationError
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.exceptions import ValidationError
-from reader_agent import ReaderAgent
+from multikafka.reader_agent import ReaderAgent
 from tests.certs import make_certs
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import run_available_now, sink_keys
@@ -172,8 +172,8 @@ def test_the_ca_travels_inside_tasks_as_pem(
     still reaches the coordinator over TLS."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from spark_bridge.options import SourceOptions, connect_config
-    from spark_bridge.source import MultiKafkaStreamReader
+    from multikafka.spark.options import SourceOptions, connect_config
+    from multikafka.spark.source import MultiKafkaStreamReader
 
     s = _secured(make_coordinator, kafka, tmp_path)
     # The driver's files: copies this test may remove.

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from multikafka import Reader
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import Feed, create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.arrow import SCHEMA
+from multikafka.reader_agent.arrow import SCHEMA
 from tests.conftest import Cluster, KafkaClusters
 from tests.helpers import (
     assert_duplicates_within_margin,

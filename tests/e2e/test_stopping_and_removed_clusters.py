@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import batch_source, sink_keys, source, start_to_parquet
 from tests.helpers import assert_exactly_once, eventually, produce_sequence, stream_doc, uid

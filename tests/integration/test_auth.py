@@ -21,17 +21,17 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from coordinator.config import CoordinatorConfig
+from multikafka.coordinator.config import CoordinatorConfig
+from multikafka.core import env
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.exceptions import MultikafkaError, ValidationError
+from multikafka.core.planner_client import PlannerClient
+from multikafka.core.transport import ConnectConfig, bearer
 from multikafka.devstack import CoordinatorThread
-from multikafka_core import env
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.exceptions import MultikafkaError, ValidationError
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.transport import ConnectConfig, bearer
-from multikafka_core.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
-from reader_agent import ReaderAgent
-from reader_agent.plan import tasks_from_plan
-from spark_bridge.partition import MultiKafkaPartition
+from multikafka.reader_agent import ReaderAgent
+from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.spark.partition import MultiKafkaPartition
+from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from tests.certs import Certs, make_certs
 from tests.conftest import KafkaClusters
 from tests.helpers import (

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.v1 import planner_pb2
-from reader_agent import ReaderAgent
-from reader_agent.plan import tasks_from_plan
+from multikafka.reader_agent import ReaderAgent
+from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import (
     eventually,

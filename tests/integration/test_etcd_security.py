@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from coordinator import CoordinatorConfig
-from coordinator.config import etcd_from
+from multikafka.coordinator import CoordinatorConfig
+from multikafka.coordinator.config import etcd_from
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread, EtcdServer
-from multikafka_core.admin_client import AdminClient
 from tests.certs import Certs, make_certs
 from tests.conftest import KafkaClusters
 from tests.helpers import one_line, run_coordinator, stream_doc, uid

@@ -50,11 +50,11 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from coordinator.server import MAX_REQUEST_BYTES
+from multikafka.coordinator.runtime.server import MAX_REQUEST_BYTES
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.v1 import (
+from multikafka.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     planner_pb2,

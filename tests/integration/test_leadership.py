@@ -16,12 +16,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.grpc_codes import LEADER_KEY
+from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.grpc_codes import LEADER_KEY
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.v1 import admin_pb2, admin_pb2_grpc, planner_pb2
+from multikafka.v1 import admin_pb2, admin_pb2_grpc, planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import (
     eventually,

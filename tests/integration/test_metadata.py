@@ -9,11 +9,11 @@ import logging
 import grpc
 import pytest
 
-from coordinator.etcd import Etcd
 from multikafka import AuthenticationError, ConflictError, NotFoundError, ValidationError
+from multikafka.coordinator.state.etcd import Etcd
+from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread, EtcdServer
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.v1 import admin_pb2, admin_pb2_grpc, planner_pb2, planner_pb2_grpc
+from multikafka.v1 import admin_pb2, admin_pb2_grpc, planner_pb2, planner_pb2_grpc
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, stream_doc, uid
 

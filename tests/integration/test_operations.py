@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from multikafka import NotFoundError, PreconditionError, ValidationError
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.planner_client import PlannerClient
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, stream_doc, uid
 

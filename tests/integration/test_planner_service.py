@@ -9,13 +9,13 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from multikafka import DataLossError, PreconditionError, ValidationError
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.offsets import NO_SPLITS
+from multikafka.core.planner_client import PlannerClient
+from multikafka.core.transport import ConnectConfig
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import SequenceProducer, create_topics, fence
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.offsets import NO_SPLITS
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.transport import ConnectConfig
-from multikafka_core.v1 import planner_pb2
+from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
 
@@ -289,7 +289,7 @@ def test_clients_before_the_columns_are_answered_in_maps(
     service answers it in kind (rolling upgrades)."""
     import grpc
 
-    from multikafka_core.v1 import planner_pb2_grpc
+    from multikafka.v1 import planner_pb2_grpc
 
     (a,) = kafka.shared(1)
     name, topic = seeded_stream(admin, a.bootstrap, "old", records=9)

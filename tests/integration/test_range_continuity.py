@@ -11,12 +11,11 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import TopicPartition
 
+from multikafka.core._secrets import Properties
+from multikafka.core.model import Connection
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
-from multikafka_core._secrets import Properties
-from multikafka_core.model import Connection
-from multikafka_core.providers import ReadOutcome, TopicPartitionRange
-from multikafka_core.providers.kafka import KafkaRangeReader
+from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome, TopicPartitionRange
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, uid
 

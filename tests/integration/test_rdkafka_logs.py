@@ -10,13 +10,13 @@ import time
 
 import pytest
 
+from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
+from multikafka.core.exceptions import UnavailableError
+from multikafka.core.kafka_log import LOGGER_NAME
+from multikafka.core.model import Connection, Properties
 from multikafka.devstack import free_port
 from multikafka.devstack.feed import create_topics
-from multikafka_core.exceptions import UnavailableError
-from multikafka_core.model import Connection, Properties
-from multikafka_core.providers import ReadOutcome, TopicPartitionRange
-from multikafka_core.providers.kafka import KafkaMetadataClient, KafkaRangeReader
-from multikafka_core.providers.kafka_log import LOGGER_NAME
+from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome, TopicPartitionRange
 
 pytestmark = pytest.mark.integration
 

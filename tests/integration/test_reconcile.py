@@ -13,13 +13,13 @@ import grpc
 import pytest
 from confluent_kafka import Consumer
 
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
-from reader_agent import ReaderAgent, ReadTask
-from reader_agent.plan import tasks_from_plan
+from multikafka.reader_agent import ReaderAgent, ReadTask
+from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
 

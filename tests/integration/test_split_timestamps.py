@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import pytest
 
 from multikafka import PreconditionError, Reader, ValidationError
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.v1 import planner_pb2
-from reader_agent import ReaderAgent
+from multikafka.reader_agent import ReaderAgent
+from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, stream_doc, uid
 

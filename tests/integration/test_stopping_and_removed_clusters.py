@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from multikafka.core.admin_client import AdminClient
+from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka_core.admin_client import AdminClient
-from multikafka_core.planner_client import PlannerClient
-from multikafka_core.v1 import planner_pb2
+from multikafka.v1 import planner_pb2
 from tests.conftest import Cluster, KafkaClusters
 from tests.helpers import eventually, produce_sequence, run_admin_cli, stream_doc, uid
 

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from multikafka.cli.admin_cmd import admin_group
 from multikafka.cli.watch import Meter, Snapshot, render, snapshot_json
-from multikafka_core.v1 import admin_pb2
+from multikafka.v1 import admin_pb2
 
 NOW_MS = 1_700_000_000_000
 

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
-from multikafka_core import offsets as ov
-from multikafka_core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate, available_records
-from multikafka_core.exceptions import ValidationError
-from multikafka_core.planner_client import LatestOffsets
-from spark_bridge.options import SourceOptions
-from spark_bridge.source import MultiKafkaStreamReader
+from multikafka.core import offsets as ov
+from multikafka.core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate, available_records
+from multikafka.core.exceptions import ValidationError
+from multikafka.core.planner_client import LatestOffsets
+from multikafka.spark.options import SourceOptions
+from multikafka.spark.source import MultiKafkaStreamReader
 
 
 class Clock:

@@ -10,13 +10,19 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pytest
 
-from multikafka_core._secrets import Properties
-from multikafka_core.arrow import HEADERS_TYPE, SCHEMA, SCHEMA_WITH_HEADERS, TIMESTAMP_TYPE, Columns
-from multikafka_core.model import Connection
-from multikafka_core.providers import ReadOutcome, TopicPartitionRange
-from multikafka_core.v1 import reader_pb2
-from reader_agent.agent import ReaderAgent
-from reader_agent.task import RangeSpec, ReadTask
+from multikafka.core._secrets import Properties
+from multikafka.core.model import Connection
+from multikafka.reader_agent.agent import ReaderAgent
+from multikafka.reader_agent.arrow import (
+    HEADERS_TYPE,
+    SCHEMA,
+    SCHEMA_WITH_HEADERS,
+    TIMESTAMP_TYPE,
+    Columns,
+)
+from multikafka.reader_agent.range_reader import ReadOutcome, TopicPartitionRange
+from multikafka.reader_agent.task import RangeSpec, ReadTask
+from multikafka.v1 import reader_pb2
 from tests.helpers import eventually
 
 STREAM = "orders"
@@ -232,7 +238,7 @@ def test_stats_count_records_and_splits(agent: ReaderAgent) -> None:
 def test_splits_not_read_for_a_while_are_no_longer_reported(
     agent: ReaderAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reader_agent import subreader
+    from multikafka.reader_agent import subreader
 
     now = [1000.0]
     monkeypatch.setattr(subreader.time, "monotonic", lambda: now[0])

@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pytest
 
-from multikafka_core._secrets import Properties
-from multikafka_core.arrow import TIMESTAMP_TYPE, Columns
-from multikafka_core.exceptions import MalformedRecordError
-from multikafka_core.model import Connection
-from multikafka_core.payloads import PayloadDecoding
-from multikafka_core.providers import ReadOutcome, TopicPartitionRange
-from reader_agent.agent import ReaderAgent
-from reader_agent.task import RangeSpec, ReadTask
+from multikafka.core._secrets import Properties
+from multikafka.core.exceptions import MalformedRecordError
+from multikafka.core.model import Connection
+from multikafka.reader_agent.agent import ReaderAgent
+from multikafka.reader_agent.arrow import TIMESTAMP_TYPE, Columns
+from multikafka.reader_agent.payloads import PayloadDecoding
+from multikafka.reader_agent.range_reader import ReadOutcome, TopicPartitionRange
+from multikafka.reader_agent.task import RangeSpec, ReadTask
 
 
 class PayloadReader:

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from coordinator.agent_registry import Agent, AgentRegistry, Mailbox, Outgoing, merge
-from multikafka_core.v1 import reader_pb2
+from multikafka.coordinator.agents.registry import Agent, AgentRegistry, Mailbox, Outgoing, merge
+from multikafka.v1 import reader_pb2
 
 
 def _registry_with(*agent_ids: str) -> AgentRegistry:
@@ -164,7 +164,7 @@ def test_holdings_gather_the_splits_of_every_task_and_age_out(
 ) -> None:
     """A micro-batch's tasks each report some of an agent's splits: the
     agent holds all of them, until it has not read one for the window."""
-    from coordinator import agent_registry
+    from multikafka.coordinator.agents import registry as agent_registry
 
     agent = agent_registry.Agent("a", "h", 1, 0)
     now = [100.0]

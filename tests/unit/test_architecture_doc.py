@@ -1,8 +1,11 @@
-"""docs/architecture.md stays true: every file its "where to find" table
-names exists and holds the names the table puts beside it."""
+"""docs/architecture.md stays true: every module or file its "where to find"
+table names exists and holds the names the table puts beside it. Modules are
+named as they import (``multikafka.coordinator.api.rpc``), other files by
+their path in the repository (``proto/multikafka/v1/planner.proto``)."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -41,7 +44,8 @@ def test_every_named_file_exists_and_holds_its_names(
 ) -> None:
     texts = []
     for f in files:
-        path = REPO / f
+        path = _file_of(f)
+        assert path is not None, f"{behaviour}: no module {f}"
         assert path.is_file(), f"{behaviour}: {f} does not exist"
         texts.append(path.read_text())
     for name in names:
@@ -53,14 +57,48 @@ def test_every_named_file_exists_and_holds_its_names(
         assert any(defined.search(t) for t in texts), f"{behaviour}: {name} not in {files}"
 
 
-def test_every_shipped_package_is_a_layer_of_the_diagram() -> None:
+def _file_of(name: str) -> Path | None:
+    """The file of a module named as it imports, or of a repository path."""
+    if "/" in name or name.endswith((".toml", ".proto", ".c")):
+        return REPO / name
+    spec = importlib.util.find_spec(name)
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+#: Each distribution's folder (its pyproject.toml and src/).
+FOLDERS = (".", "core", "coordinator", "reader_agent", "spark_bridge")
+
+
+def shipped_parts() -> list[str]:
+    """Every package and module the distributions ship directly under
+    ``multikafka`` (``multikafka.coordinator``, ``multikafka.demo``, ...)."""
     import tomllib
 
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    shipped = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
-    layered = {p.split(".")[0] for p in project["tool"]["importlinter"]["root_packages"]}
-    assert shipped == layered
-    layers = DOC.read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
-    for package in sorted(shipped):
-        assert (REPO / package / "__init__.py").is_file(), package
-        assert f"│ {package}" in layers, package
+    parts = []
+    for folder in FOLDERS:
+        project = tomllib.loads((REPO / folder / "pyproject.toml").read_text())
+        found = project["tool"]["setuptools"]["packages"]["find"]
+        for include in found["include"]:
+            name = include.rstrip("*").rstrip(".")
+            if name != "multikafka" and name.count(".") == 1:
+                parts.append(name)
+        top = REPO / folder / found["where"][0] / "multikafka"
+        parts.extend(f"multikafka.{m.stem}" for m in top.glob("*.py") if m.stem != "__init__")
+    return sorted(parts)
+
+
+def test_every_shipped_part_is_a_layer_of_the_contract_and_the_diagram() -> None:
+    import tomllib
+
+    parts = shipped_parts()
+    assert {"multikafka.core", "multikafka.coordinator", "multikafka.spark"} <= set(parts)
+    linter = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [
+        c["layers"] for c in linter["contracts"] if c["type"] == "layers" and "containers" not in c
+    ]
+    layered = {m.strip() for layer in layers for m in layer.split("|")}
+    diagram = DOC.read_text().split("## Distributions and layers", 1)[1].split("\n## ", 1)[0]
+    for part in parts:
+        assert importlib.util.find_spec(part) is not None, part
+        assert part in layered, f"{part} is in no layer of the import contract"
+        assert f"│ {part} " in diagram, f"{part} is not in the layer diagram"

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from multikafka_core.arrow import (
+from multikafka.reader_agent.arrow import (
     HEADERS_TYPE,
     SCHEMA,
     SCHEMA_WITH_HEADERS,

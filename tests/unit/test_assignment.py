@@ -1,4 +1,4 @@
-"""Assigning split ranges to Spark tasks (coordinator.assignment): one task
+"""Assigning split ranges to Spark tasks (multikafka.coordinator.planning.assignment): one task
 per split with records at least, big ranges cut, more cuts up to the
 parallelism Spark has."""
 
@@ -14,7 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.assignment import Range, cut_ranges, group, piece_counts, plan_tasks
+from multikafka.coordinator.planning.assignment import (
+    Range,
+    cut_ranges,
+    group,
+    piece_counts,
+    plan_tasks,
+)
 
 
 def coverage(ranges: list[Range]) -> Counter[tuple[str, int]]:

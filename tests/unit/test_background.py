@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from multikafka_core import background
-from multikafka_core.background import BackgroundTasks, BackgroundThreads
+from multikafka.core import background
+from multikafka.core.background import BackgroundTasks, BackgroundThreads
 from tests.helpers import eventually, eventually_async
 
 

@@ -21,8 +21,9 @@ from confluent_kafka import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multikafka_core import _cdecode, arrow, env
-from multikafka_core.arrow import SCHEMA, SCHEMA_WITH_HEADERS, Columns, decode, record_batch
+from multikafka.core import env
+from multikafka.reader_agent import _cdecode, arrow
+from multikafka.reader_agent.arrow import SCHEMA, SCHEMA_WITH_HEADERS, Columns, decode, record_batch
 
 #: The decoders every test runs: Python and both modes of the compiled one
 #: (a missing build fails them: CI has a compiler).
@@ -264,7 +265,7 @@ def test_a_struct_of_another_size_is_not_read_directly() -> None:
     """``check_layout`` compares the type's size with the mirrored struct;
     the direct mode also refuses any object whose type is not exactly the
     configured one."""
-    from multikafka_core import _decode
+    from multikafka.reader_agent import _decode
 
     class Other:
         pass
@@ -284,10 +285,10 @@ def test_a_struct_of_another_size_is_not_read_directly() -> None:
 def test_without_the_extension_auto_decodes_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine without a C compiler installs without the extension: reads
     then decode in Python, and asking for the compiled decoder says why not."""
-    import multikafka_core
+    import multikafka.reader_agent as reader_agent
 
-    monkeypatch.delattr(multikafka_core, "_decode")
-    monkeypatch.setitem(sys.modules, "multikafka_core._decode", None)  # import fails
+    monkeypatch.delattr(reader_agent, "_decode")
+    monkeypatch.setitem(sys.modules, "multikafka.reader_agent._decode", None)  # import fails
     found, why = _cdecode.load()
     assert found is None
     assert "not built" in why

@@ -1,4 +1,4 @@
-"""Payload decoders (multikafka_core.decoders): raw, string and json, their
+"""Payload decoders (multikafka.reader_agent.decoders): raw, string and json, their
 registry, and that json decodes in bulk, isolating bad records by cutting
 chunks (a few parses per bad record, one for a chunk of good ones)."""
 
@@ -14,8 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from multikafka_core import decoders
-from multikafka_core.decoders import (
+from multikafka.core.exceptions import ValidationError
+from multikafka.reader_agent import decoders
+from multikafka.reader_agent.decoders import (
     Decoded,
     JsonDecoder,
     Unparsable,
@@ -23,7 +24,6 @@ from multikafka_core.decoders import (
     isolate,
     make_decoder,
 )
-from multikafka_core.exceptions import ValidationError
 
 SCHEMA = (
     "id long, name string, tags array<string>, inner struct<a: int, b: double>, "

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from coordinator.config import CoordinatorConfig
-from coordinator.discovery import Discovery
-from coordinator.planner import ClusterSnapshot, new_splits
-from coordinator.stream_state import StreamView
-from multikafka_core.model import ClusterState, Connection
-from multikafka_core.validation import parse_stream
+from multikafka.coordinator.clusters.discovery import Discovery
+from multikafka.coordinator.config import CoordinatorConfig
+from multikafka.coordinator.planning.planner import ClusterSnapshot, new_splits
+from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.core.model import ClusterState, Connection
+from multikafka.core.validation import parse_stream
 from tests.fakes import FakeCluster, FakeMetadataClient
 
 

@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from coordinator.election import Election, Replica
-from coordinator.etcd import KV, Fence, FencedError, FencedEtcd
-from coordinator.metrics import Metrics
-from multikafka_core.exceptions import UnavailableError
+from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.runtime.election import Election, Replica
+from multikafka.coordinator.state.etcd import KV, Fence, FencedError, FencedEtcd
+from multikafka.core.exceptions import UnavailableError
 from tests.fakes import FakeEtcd
 from tests.helpers import eventually_async
 

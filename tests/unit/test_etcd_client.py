@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.config import CoordinatorConfig, etcd_from, etcd_settings
-from coordinator.etcd import Etcd
-from multikafka_core.exceptions import ValidationError
+from multikafka.coordinator.config import CoordinatorConfig, etcd_from, etcd_settings
+from multikafka.coordinator.state.etcd import Etcd
+from multikafka.core.exceptions import ValidationError
 
 
 async def test_two_calls_failing_on_one_member_move_on_once() -> None:

@@ -31,9 +31,15 @@ PUBLIC = {
         "parse_stream",
         "parse_stream_json",
     ],
-    "coordinator": ["Coordinator", "CoordinatorConfig", "EtcdConfig", "EtcdEndpoint", "TlsFiles"],
+    "multikafka.coordinator": [
+        "Coordinator",
+        "CoordinatorConfig",
+        "EtcdConfig",
+        "EtcdEndpoint",
+        "TlsFiles",
+    ],
     # sorted as ruff sorts __all__ (constants, classes, functions)
-    "reader_agent": [
+    "multikafka.reader_agent": [
         "SCHEMA",
         "SCHEMA_WITH_HEADERS",
         "SPARK_DDL",
@@ -44,7 +50,7 @@ PUBLIC = {
         "get_agent",
         "record_batch",
     ],
-    "spark_bridge": ["MultiKafkaDataSource", "SourceOptions", "register"],
+    "multikafka.spark": ["MultiKafkaDataSource", "SourceOptions", "register"],
 }
 
 
@@ -68,12 +74,12 @@ def test_every_public_name_is_importable(package: str) -> None:
 @pytest.mark.parametrize(
     ("package", "name", "home"),
     [
-        ("multikafka", "ValidationError", "multikafka_core.exceptions"),
-        ("multikafka", "StreamSpec", "multikafka_core.model"),
-        ("multikafka", "parse_stream", "multikafka_core.validation"),
-        ("reader_agent", "ReaderAgent", "reader_agent.agent"),
-        ("reader_agent", "record_batch", "multikafka_core.arrow"),
-        ("spark_bridge", "SourceOptions", "spark_bridge.options"),
+        ("multikafka", "ValidationError", "multikafka.core.exceptions"),
+        ("multikafka", "StreamSpec", "multikafka.core.model"),
+        ("multikafka", "parse_stream", "multikafka.core.validation"),
+        ("multikafka.reader_agent", "ReaderAgent", "multikafka.reader_agent.agent"),
+        ("multikafka.reader_agent", "record_batch", "multikafka.reader_agent.arrow"),
+        ("multikafka.spark", "SourceOptions", "multikafka.spark.options"),
     ],
 )
 def test_public_names_are_the_implementations(package: str, name: str, home: str) -> None:
@@ -82,7 +88,32 @@ def test_public_names_are_the_implementations(package: str, name: str, home: str
     )
 
 
-def test_version_matches_the_distribution() -> None:
+#: Every distribution of the project, released together at one version.
+DISTRIBUTIONS = (
+    "multikafka",
+    "multikafka-core",
+    "multikafka-coordinator",
+    "multikafka-reader",
+    "multikafka-spark",
+)
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_version_matches_every_distribution(distribution: str) -> None:
     import multikafka
 
-    assert multikafka.__version__ == importlib.metadata.version("multikafka")
+    assert multikafka.__version__ == importlib.metadata.version(distribution)
+
+
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
+def test_distributions_require_each_other_at_that_version(distribution: str) -> None:
+    """The parts are released together: each requires the others it needs at
+    exactly its own version (a newer core under an older coordinator is not
+    a combination anyone tested)."""
+    import multikafka
+
+    requires = importlib.metadata.requires(distribution) or []
+    ours = [r for r in requires if r.startswith("multikafka") and "extra ==" not in r]
+    assert ours or distribution == "multikafka-core"
+    for requirement in ours:
+        assert requirement.endswith(f"=={multikafka.__version__}"), requirement

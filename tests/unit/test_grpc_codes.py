@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from multikafka_core.exceptions import ValidationError
-from multikafka_core.grpc_codes import MAX_DETAILS, clip
+from multikafka.core.exceptions import ValidationError
+from multikafka.core.grpc_codes import MAX_DETAILS, clip
 
 
 def test_short_text_is_unchanged() -> None:

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from multikafka_core.providers.kafka_log import (
+from multikafka.core.kafka_log import (
     LOGGER_NAME,
     SYSLOG_LEVELS,
     ClientLog,

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from coordinator.discovery import Health
+from multikafka.coordinator.clusters.discovery import Health
+from multikafka.core.exceptions import PreconditionError
+from multikafka.core.model import ClusterState, FailoverStrategy
 from multikafka.devstack.stack import stream_doc
-from multikafka_core.exceptions import PreconditionError
-from multikafka_core.model import ClusterState, FailoverStrategy
 from tests.fakes import Parts
 
 AUTO = {"standby": "b", "unreachable_after_ms": 60_000, "strategy": "identity", "margin_ms": 2_000}

@@ -11,16 +11,16 @@ import time
 
 import pytest
 
-from coordinator.stream_state import FailoverRecord
-from multikafka.devstack.stack import stream_doc
-from multikafka_core.exceptions import (
+from multikafka.coordinator.state.stream_state import FailoverRecord
+from multikafka.core.exceptions import (
     ConflictError,
     NotFoundError,
     PreconditionError,
     ValidationError,
 )
-from multikafka_core.model import ClusterState, FailoverStrategy
-from multikafka_core.validation import parse_stream
+from multikafka.core.model import ClusterState, FailoverStrategy
+from multikafka.core.validation import parse_stream
+from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
 #: End offsets of cluster a's two partitions of topic t (on "h:1").

@@ -14,9 +14,9 @@ from typing import Any
 import grpc
 import pytest
 
-from multikafka_core.transport import ConnectConfig
-from multikafka_core.v1 import reader_pb2, reader_pb2_grpc
-from reader_agent.link import CoordinatorLink
+from multikafka.core.transport import ConnectConfig
+from multikafka.reader_agent.link import CoordinatorLink
+from multikafka.v1 import reader_pb2, reader_pb2_grpc
 from tests.helpers import eventually
 
 

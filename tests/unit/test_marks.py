@@ -1,4 +1,4 @@
-"""Read marks (:class:`coordinator.translation.marks.ReadMarks`) over the
+"""Read marks (:class:`multikafka.coordinator.translation.marks.ReadMarks`) over the
 in-memory etcd: the at-or-before lookup failover translation uses, duplicate
 offsets, thinning past ``MAX_MARKS``, persistence under
 ``<prefix>/marks/<stream>`` (flush, load, unreadable values, forget) and
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from coordinator.translation.marks import MAX_MARKS, ReadMarks
+from multikafka.coordinator.translation.marks import MAX_MARKS, ReadMarks
 from tests.fakes import FakeEtcd
 
 KEY = "/t/marks/s"

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from coordinator.history import History
-from coordinator.queries import QueryStore
-from coordinator.translation import ReadMarks
+from multikafka.coordinator.state.history import History
+from multikafka.coordinator.state.queries import QueryStore
+from multikafka.coordinator.translation import ReadMarks
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import FakeEtcd, Parts
 from tests.helpers import eventually_async

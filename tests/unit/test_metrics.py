@@ -1,9 +1,9 @@
 """The coordinator's metrics: no series outlives the stream or cluster it
-describes (:meth:`coordinator.metrics.Metrics.forget_stream`)."""
+describes (:meth:`multikafka.coordinator.metrics.Metrics.forget_stream`)."""
 
 from __future__ import annotations
 
-from coordinator.metrics import Metrics
+from multikafka.coordinator.metrics import Metrics
 
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float | None:

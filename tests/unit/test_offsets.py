@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multikafka_core import offsets as ov
-from multikafka_core.exceptions import ValidationError
-from multikafka_core.model import SplitId
-from multikafka_core.offsets import NO_SPLITS, OFFSET_MAX
-from multikafka_core.v1 import planner_pb2
+from multikafka.core import offsets as ov
+from multikafka.core.exceptions import ValidationError
+from multikafka.core.model import SplitId
+from multikafka.core.offsets import NO_SPLITS, OFFSET_MAX
+from multikafka.v1 import planner_pb2
 
 
 def test_canonical_sorts_keys() -> None:

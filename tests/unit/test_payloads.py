@@ -1,4 +1,4 @@
-"""Decoding a read's batches (multikafka_core.payloads): the three modes,
+"""Decoding a read's batches (multikafka.reader_agent.payloads): the three modes,
 the declared schema (equal to what PySpark builds from the declared DDL),
 and that other columns are kept as they are."""
 
@@ -22,10 +22,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from multikafka_core.arrow import HEADERS_TYPE, SCHEMA, TIMESTAMP_TYPE, Columns, record_batch
-from multikafka_core.exceptions import MalformedRecordError, ValidationError
-from multikafka_core.payloads import MalformedCounts, Mode, PayloadDecoding
-from reader_agent.task import ReadTask
+from multikafka.core.exceptions import MalformedRecordError, ValidationError
+from multikafka.reader_agent.arrow import (
+    HEADERS_TYPE,
+    SCHEMA,
+    TIMESTAMP_TYPE,
+    Columns,
+    record_batch,
+)
+from multikafka.reader_agent.payloads import MalformedCounts, Mode, PayloadDecoding
+from multikafka.reader_agent.task import ReadTask
 
 VALUE_SCHEMA = (
     "id long, name string, tags array<string>, inner struct<a: int, b: double>, ts timestamp"

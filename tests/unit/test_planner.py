@@ -1,4 +1,4 @@
-"""Micro-batch planning (coordinator.planner): budget allocation and end vectors."""
+"""Micro-batch planning (multikafka.coordinator.planning.planner): budget allocation and end vectors."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from coordinator.planner import (
+from multikafka.coordinator.planning.planner import (
     ClusterSnapshot,
     allocate,
     cap_at_stops,
     new_splits,
     plan_end,
 )
-from multikafka_core.exceptions import DataLossError
-from multikafka_core.model import ClusterState, SplitId
-from multikafka_core.offsets import NO_SPLITS, as_offsets, to_json
+from multikafka.core.exceptions import DataLossError
+from multikafka.core.model import ClusterState, SplitId
+from multikafka.core.offsets import NO_SPLITS, as_offsets, to_json
 
 ACTIVE = ClusterState.ACTIVE
 

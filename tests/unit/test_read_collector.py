@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from multikafka_core.providers import kafka
+from multikafka.reader_agent import range_reader as kafka
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from multikafka import Reader, ValidationError
 from multikafka.reader import Position, _advance, _start
-from multikafka_core.arrow import SCHEMA, SCHEMA_WITH_HEADERS
+from multikafka.reader_agent.arrow import SCHEMA, SCHEMA_WITH_HEADERS
 
 
 def test_named_starts_are_positions_the_coordinator_resolves() -> None:

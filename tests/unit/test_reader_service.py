@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from coordinator.reader_service import ReaderService, method_handlers
+from multikafka.coordinator.api.reader import ReaderService, method_handlers
 from multikafka.devstack.stack import stream_doc
-from multikafka_core.v1 import reader_pb2
+from multikafka.v1 import reader_pb2
 from tests.fakes import Parts
 
 

@@ -1,4 +1,4 @@
-"""Reconciliation over the fakes (:mod:`coordinator.reconcile`): the events a
+"""Reconciliation over the fakes (:mod:`multikafka.coordinator.agents.reconcile`): the events a
 metadata change pushes to subscribed agents (generation, per-cluster desired
 state, removals; before partition discovery), snapshots, per-stream and
 per-cluster metrics, what a deleted stream leaves behind (nothing), reconcile
@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from coordinator import reconcile
-from coordinator.agent_registry import Mailbox
-from coordinator.metadata import MetadataChange
-from coordinator.reconcile import REMOVED, describe, desired_of
-from coordinator.stream_state import FailoverRecord, StreamStatus, StreamView
+from multikafka.coordinator.agents import reconcile
+from multikafka.coordinator.agents.reconcile import REMOVED, describe, desired_of
+from multikafka.coordinator.agents.registry import Mailbox
+from multikafka.coordinator.state.metadata import MetadataChange
+from multikafka.coordinator.state.stream_state import FailoverRecord, StreamStatus, StreamView
+from multikafka.core.model import FailoverStrategy
+from multikafka.core.validation import parse_stream
 from multikafka.devstack.stack import stream_doc
-from multikafka_core.model import FailoverStrategy
-from multikafka_core.v1 import reader_pb2
-from multikafka_core.validation import parse_stream
+from multikafka.v1 import reader_pb2
 from tests.fakes import FakeMetadataClient, Parts
 
 LATENCY_COUNT = "multikafka_reconcile_latency_seconds_count"

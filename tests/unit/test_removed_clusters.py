@@ -1,10 +1,10 @@
 """Where a query left a cluster removed from its stream, over the fakes:
 
-* :class:`coordinator.queries.QueryStore`: remembering (lowered to an
+* :class:`multikafka.coordinator.state.queries.QueryStore`: remembering (lowered to an
   abandoned position, an agent's late report included), forgetting once the
   splits are held again or the window has passed, surviving a reload from
   etcd (a new leader);
-* :meth:`coordinator.entry.EntryOffsets.resume`: the same offsets when the
+* :meth:`multikafka.coordinator.planning.entry.EntryOffsets.resume`: the same offsets when the
   cluster is added back, data loss when the log start passed them, and an
   unreachable cluster's splits waiting instead of taking the starting
   position.
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.queries import QueryStore, RemovedCluster
+from multikafka.coordinator.state.queries import QueryStore, RemovedCluster
+from multikafka.core.exceptions import DataLossError
+from multikafka.core.offsets import as_offsets
 from multikafka.devstack.stack import stream_doc
-from multikafka_core.exceptions import DataLossError
-from multikafka_core.offsets import as_offsets
 from tests.fakes import Parts
 
 A, B = "h:1", "h:2"

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from multikafka_core.exceptions import UnavailableError, ValidationError
-from multikafka_core.retry import Backoff, poll, retry, retry_async
+from multikafka.core.exceptions import UnavailableError, ValidationError
+from multikafka.core.retry import Backoff, poll, retry, retry_async
 
 
 class Clock:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from multikafka_core._secrets import REDACTED, Properties, is_secret
-from multikafka_core.model import ClusterSpec, Connection, StreamSpec
+from multikafka.core._secrets import REDACTED, Properties, is_secret
+from multikafka.core.model import ClusterSpec, Connection, StreamSpec
 
 SECRETS = {
     "sasl.password": "pw-sasl-0001",

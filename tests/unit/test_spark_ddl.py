@@ -1,4 +1,4 @@
-"""The Spark DDL parser and writer (multikafka_core.spark_ddl): the Arrow
+"""The Spark DDL parser and writer (multikafka.reader_agent.spark_ddl): the Arrow
 types it builds are those PySpark builds from the same DDL."""
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from multikafka_core.exceptions import ValidationError
-from multikafka_core.spark_ddl import parse_schema, parse_type, schema_ddl, type_ddl
+from multikafka.core.exceptions import ValidationError
+from multikafka.reader_agent.spark_ddl import parse_schema, parse_type, schema_ddl, type_ddl
 
 #: Spark type names (every alias) -> the PySpark type Spark's parser gives.
 PRIMITIVES: dict[str, DataType] = {

@@ -9,16 +9,17 @@ from __future__ import annotations
 import pytest
 
 from multikafka import Reader
-from multikafka_core._secrets import Properties
-from multikafka_core.exceptions import ValidationError
-from multikafka_core.model import Connection
-from multikafka_core.providers.kafka import KafkaRangeReader, client_config
-from multikafka_core.providers.kafka_overrides import Overrides, check_overrides, with_overrides
-from multikafka_core.v1 import reader_pb2
-from multikafka_core.v1.planner_pb2 import Position
-from reader_agent.agent import ReaderAgent
-from reader_agent.task import RangeSpec, ReadTask
-from spark_bridge.options import KNOWN, SourceOptions
+from multikafka.core._secrets import Properties
+from multikafka.core.exceptions import ValidationError
+from multikafka.core.kafka_config import client_config
+from multikafka.core.model import Connection
+from multikafka.reader_agent.agent import ReaderAgent
+from multikafka.reader_agent.overrides import Overrides, check_overrides, with_overrides
+from multikafka.reader_agent.range_reader import KafkaRangeReader
+from multikafka.reader_agent.task import RangeSpec, ReadTask
+from multikafka.spark.options import KNOWN, SourceOptions
+from multikafka.v1 import reader_pb2
+from multikafka.v1.planner_pb2 import Position
 from tests.unit.test_agent import FakeFactory
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}

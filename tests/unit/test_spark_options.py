@@ -1,4 +1,4 @@
-"""Options of the ``multikafka`` Spark source (spark_bridge.options.SourceOptions)."""
+"""Options of the ``multikafka`` Spark source (multikafka.spark.options.SourceOptions)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from multikafka_core.arrow import SPARK_DDL
-from multikafka_core.exceptions import ValidationError
-from multikafka_core.payloads import Mode, PayloadDecoding
-from multikafka_core.v1.planner_pb2 import Position
-from spark_bridge.options import KNOWN, SourceOptions
-from spark_bridge.source import MultiKafkaDataSource
+from multikafka.core.exceptions import ValidationError
+from multikafka.reader_agent.arrow import SPARK_DDL
+from multikafka.reader_agent.payloads import Mode, PayloadDecoding
+from multikafka.spark.options import KNOWN, SourceOptions
+from multikafka.spark.source import MultiKafkaDataSource
+from multikafka.v1.planner_pb2 import Position
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
 
@@ -283,21 +283,21 @@ def test_register_carries_the_session_parallelism_to_the_python_workers() -> Non
 
     from pyspark import cloudpickle
 
-    import spark_bridge
+    import multikafka.spark
 
     registered: list[type] = []
     spark = SimpleNamespace(
         sparkContext=SimpleNamespace(defaultParallelism=7),
         dataSource=SimpleNamespace(register=registered.append),
     )
-    cls = spark_bridge.register(spark)  # type: ignore[arg-type]
+    cls = multikafka.spark.register(spark)  # type: ignore[arg-type]
     assert registered == [cls]
     assert cls.name() == "multikafka"
     shipped = cloudpickle.loads(cloudpickle.dumps(cls))
     assert shipped.default_parallelism == 7
     reader = shipped({"coordinator": "127.0.0.1:1", "stream": "s"}).streamReader(None)
     assert reader.options.parallelism == 7
-    assert spark_bridge.MultiKafkaDataSource.default_parallelism == 0
+    assert multikafka.spark.MultiKafkaDataSource.default_parallelism == 0
 
 
 # -- decoding: keyFormat, valueFormat, their schemas, mode -------------------------

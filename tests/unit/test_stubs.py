@@ -11,14 +11,14 @@ import pickle
 
 import pytest
 
-from multikafka_core.v1 import planner_pb2
+from multikafka.v1 import planner_pb2
 
 MODULES = ["admin_pb2", "common_pb2", "planner_pb2", "reader_pb2"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_every_message_class_names_its_real_module(name: str) -> None:
-    module = importlib.import_module(f"multikafka_core.v1.{name}")
+    module = importlib.import_module(f"multikafka.v1.{name}")
     classes = [getattr(module, m) for m in module.DESCRIPTOR.message_types_by_name]
     assert classes
     for cls in classes:

@@ -1,14 +1,14 @@
 """Failover translation and entry offsets over the fakes:
 
-* :meth:`coordinator.translation.FailoverTranslator.record_for`: which
+* :meth:`multikafka.coordinator.translation.FailoverTranslator.record_for`: which
   failover record decides where a cluster's splits start for a query;
-* :meth:`coordinator.translation.FailoverTranslator.translate`: the
+* :meth:`multikafka.coordinator.translation.FailoverTranslator.translate`: the
   ``timestamp`` strategy (read mark at the position - 1, minus the margin,
   looked up by time on the new cluster; abandoned positions; earliest without
   a mark, before anything was read, or without a counterpart), the
   ``identity`` strategy, and an unreachable target;
-* :meth:`coordinator.entry.EntryOffsets.resolve` and
-  :func:`coordinator.entry.query_for`: starting positions of plain new
+* :meth:`multikafka.coordinator.planning.entry.EntryOffsets.resolve` and
+  :func:`multikafka.coordinator.planning.entry.query_for`: starting positions of plain new
   clusters, unreachable clusters left out, translated and plain clusters in
   one call.
 """
@@ -17,18 +17,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.entry import query_for
-from coordinator.stream_state import FailoverRecord
-from coordinator.translation import Translation
-from multikafka.devstack.stack import stream_doc
-from multikafka_core.model import (
+from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.planning.entry import query_for
+from multikafka.coordinator.state.stream_state import FailoverRecord
+from multikafka.coordinator.translation import Translation
+from multikafka.core.model import (
     ClusterState,
     FailoverStrategy,
     SplitId,
     StartingPosition,
     StartKind,
 )
-from multikafka_core.providers import OffsetQuery
+from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
 A, B, C = "h:1", "h:2", "h:3"

@@ -11,10 +11,10 @@ from typing import Any
 import grpc
 import pytest
 
-from coordinator.rpc import unary
-from multikafka_core.exceptions import NotLeaderError
-from multikafka_core.transport import ConnectConfig, Coordinators
-from multikafka_core.v1 import admin_pb2, admin_pb2_grpc
+from multikafka.coordinator.api.rpc import unary
+from multikafka.core.exceptions import NotLeaderError
+from multikafka.core.transport import ConnectConfig, Coordinators
+from multikafka.v1 import admin_pb2, admin_pb2_grpc
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from multikafka_core._secrets import Properties
-from multikafka_core.exceptions import ValidationError
-from multikafka_core.model import (
+from multikafka.core._secrets import Properties
+from multikafka.core.exceptions import ValidationError
+from multikafka.core.model import (
     DEFAULT_REMOVED_CLUSTER_RETENTION_MS,
     AutoFailover,
     ClusterState,
@@ -20,7 +20,7 @@ from multikafka_core.model import (
     StoppingPosition,
     StreamSpec,
 )
-from multikafka_core.validation import (
+from multikafka.core.validation import (
     parse_duration_ms,
     parse_starting,
     parse_stopping,

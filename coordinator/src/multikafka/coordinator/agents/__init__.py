@@ -1,0 +1,2 @@
+"""Reader agents: their registry (:mod:`.registry`) and the reconcile events
+pushed to them (:mod:`.reconcile`)."""

@@ -1,0 +1,192 @@
+"""Cluster metadata as the coordinator needs it, on confluent-kafka's
+``AdminClient``: partition counts, offsets by position or time, and
+consumer-group commits (:class:`KafkaMetadataClient`, behind the
+:class:`MetadataClient` protocol the fakes implement too).
+
+The coordinator never reads records: nothing here imports the read path
+(Arrow, the compiled converter, payload decoding).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from multikafka.core.exceptions import UnavailableError
+from multikafka.core.kafka_config import READER_DEFAULTS, client_config
+from multikafka.core.kafka_log import ClientLog, repeat_interval_s
+from multikafka.core.model import Connection
+
+_MISSING_PARTITION = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError._UNKNOWN_TOPIC,
+}
+_EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+_LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+
+class OffsetQuery(NamedTuple):
+    """Which offset to look up: ``"earliest"``, ``"latest"`` or a record time."""
+
+    kind: str
+    timestamp_ms: int = 0
+
+    @classmethod
+    def earliest(cls) -> OffsetQuery:
+        return cls("earliest")
+
+    @classmethod
+    def latest(cls) -> OffsetQuery:
+        return cls("latest")
+
+    @classmethod
+    def at_time(cls, timestamp_ms: int) -> OffsetQuery:
+        return cls("timestamp", timestamp_ms)
+
+
+class MetadataClient(Protocol):
+    """Cluster metadata as the coordinator needs it. Blocking calls; the
+    coordinator runs them on an executor."""
+
+    def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+        """Partitions per topic; topics that do not exist are left out."""
+        ...
+
+    def offsets(
+        self, partitions: Sequence[tuple[str, int]], query: OffsetQuery, timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        """The offset per ``(topic, partition)`` for ``query``. A time after every
+        record resolves to the end offset."""
+        ...
+
+    def commit_group(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int], timeout_s: float
+    ) -> None:
+        """Store ``offsets`` as the committed offsets of consumer group ``group_id``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class KafkaMetadataClient:
+    """Metadata and offsets of one Kafka cluster."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        config = client_config(
+            connection, {"client.id": f"multikafka-coordinator-{connection.cluster}"}
+        )
+        #: librdkafka's lines of this client's AdminClient and group consumers.
+        self._log = ClientLog(
+            "coordinator", connection.cluster, interval_s=repeat_interval_s(config)
+        )
+        self._admin = AdminClient(config, logger=self._log)
+        self._group_consumers: dict[str, Consumer] = {}
+
+    def set_log_context(
+        self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
+    ) -> None:
+        self._log.set_users(users, expected_down=expected_down)
+
+    def _serve_logs(self) -> None:
+        """Hand librdkafka's queued log lines to :class:`ClientLog`. Nothing
+        else serves the queues of an AdminClient or of a consumer that only
+        commits: :meth:`partition_counts` (every discovery round) and
+        :meth:`close` call this."""
+        self._admin.poll(0)
+        for consumer in list(self._group_consumers.values()):  # (commits add some meanwhile)
+            consumer.poll(0)
+
+    def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+        try:
+            meta = self._admin.list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            raise UnavailableError(f"cluster {self._connection.cluster}: metadata: {exc}") from exc
+        finally:
+            self._serve_logs()
+        counts: dict[str, int] = {}
+        for topic in topics:
+            tmeta = meta.topics.get(topic)
+            if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+                continue
+            counts[topic] = len(tmeta.partitions)
+        return counts
+
+    def offsets(
+        self, partitions: Sequence[tuple[str, int]], query: OffsetQuery, timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        if not partitions:
+            return {}
+        if query.kind == "earliest":
+            return self._list_offsets(partitions, _EARLIEST, timeout_s)
+        if query.kind == "latest":
+            return self._list_offsets(partitions, _LATEST, timeout_s)
+        found = self._list_offsets(
+            partitions, OffsetSpec.for_timestamp(query.timestamp_ms), timeout_s, by_time=True
+        )
+        missing = [tp for tp in partitions if tp not in found]
+        if missing:  # no record at or after that time: the end of the partition
+            found.update(self._list_offsets(missing, _LATEST, timeout_s))
+        return found
+
+    def _list_offsets(
+        self,
+        partitions: Sequence[tuple[str, int]],
+        spec: OffsetSpec,
+        timeout_s: float,
+        *,
+        by_time: bool = False,
+    ) -> dict[tuple[str, int], int]:
+        request = {TopicPartition(t, p): spec for t, p in partitions}
+        try:
+            futures = self._admin.list_offsets(request, request_timeout=timeout_s)
+            out: dict[tuple[str, int], int] = {}
+            for tp, fut in futures.items():
+                try:
+                    info = fut.result(timeout=timeout_s + 1)
+                except KafkaException as exc:
+                    if exc.args and exc.args[0].code() in _MISSING_PARTITION:
+                        continue  # deleted topic or partition: absent from the answer
+                    raise
+                # A time lookup that matches no record answers offset -1 and/or
+                # timestamp -1; the caller resolves it to the end offset.
+                if by_time and (info.offset < 0 or info.timestamp < 0):
+                    continue
+                if info.offset < 0:
+                    # librdkafka answers OFFSET_INVALID (-1001) when it could
+                    # not ask the partition leader: no answer, not an offset.
+                    raise UnavailableError(
+                        f"cluster {self._connection.cluster}: no offset for {tp.topic}/{tp.partition} ({info.offset})"
+                    )
+                out[(tp.topic, tp.partition)] = info.offset
+            return out
+        except (KafkaException, TimeoutError) as exc:
+            raise UnavailableError(
+                f"cluster {self._connection.cluster}: list offsets: {exc}"
+            ) from exc
+
+    def commit_group(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int], timeout_s: float
+    ) -> None:
+        consumer = self._group_consumers.get(group_id)
+        if consumer is None:
+            config = client_config(
+                self._connection, {**READER_DEFAULTS, "client.id": "multikafka-committer"}
+            )
+            config["group.id"] = group_id
+            consumer = self._group_consumers[group_id] = Consumer(config, logger=self._log)
+        tps = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
+        try:
+            consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            raise UnavailableError(f"cluster {self._connection.cluster}: commit: {exc}") from exc
+
+    def close(self) -> None:
+        self._serve_logs()
+        for consumer in self._group_consumers.values():
+            consumer.close()
+        self._group_consumers.clear()

@@ -1,0 +1,182 @@
+"""Assigning split ranges to Spark tasks: as many tasks as Spark runs at
+once, like Spark's own Kafka source (``KafkaOffsetRangeCalculator``) sizes
+its tasks by the Kafka partitions:
+
+* a range of more than ``max_records`` records is cut into equal
+  consecutive pieces of at most that many;
+* the target is the parallelism Spark reports (``spark.default.parallelism``,
+  which :func:`multikafka.spark.register` passes on), or ``minPartitions`` if
+  larger. While there are fewer pieces than the target, ranges are cut
+  further: the next cut goes to the range whose pieces are largest (so the
+  pieces end up in proportion to the ranges' sizes, and as even as they can
+  be), never into pieces of 0 records, so there are ``min(target, records)``
+  tasks at least;
+* with more pieces than the target, consecutive pieces are grouped into
+  ``max(target, ceil(records / max_records))`` tasks of about equal size
+  (:func:`group`): a task per piece would wait for a core and pay a Python
+  task's fixed cost each (about 20 ms here), which a small micro-batch feels;
+* without a reported parallelism (the class registered by hand), every
+  piece is its own task: at least one task per split with records, as
+  Spark's Kafka source does.
+
+:func:`cut_ranges` works on arrays (a micro-batch may have 100,000 ranges);
+:func:`plan_tasks` is the same on :class:`Range` tuples. Tasks come in the
+order of their ranges, pieces of a range in offset order: deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import numpy as np
+
+from multikafka.core.offsets import I64
+
+#: Records per task unless ``maxRecordsPerPartition`` says otherwise.
+DEFAULT_MAX_RECORDS = 100_000
+
+
+class Range(NamedTuple):
+    """``[start, until)`` of one split."""
+
+    split: str
+    start: int
+    until: int
+
+    @property
+    def size(self) -> int:
+        return self.until - self.start
+
+
+class Pieces(NamedTuple):
+    """The tasks of a plan: piece ``i`` reads ``[start[i], until[i])`` of the
+    range ``which[i]`` in task ``task[i]`` (non-decreasing: a task's pieces
+    are consecutive)."""
+
+    which: I64
+    start: I64
+    until: I64
+    task: I64
+
+    def task_sizes(self) -> I64:
+        """How many pieces each task holds."""
+        return np.bincount(self.task) if len(self.task) else self.task
+
+    def by_task(self) -> list[list[tuple[int, int, int]]]:
+        """``(which, start, until)`` of each piece, per task."""
+        tasks: list[list[tuple[int, int, int]]] = [[] for _ in range(len(self.task_sizes()))]
+        for i, a, b, t in zip(
+            self.which.tolist(),
+            self.start.tolist(),
+            self.until.tolist(),
+            self.task.tolist(),
+            strict=True,
+        ):
+            tasks[t].append((i, a, b))
+        return tasks
+
+
+def group(sizes: I64, *, tasks: int, max_records: int) -> I64:
+    """The task of each piece when ``sizes`` (in tape order) go into about
+    ``tasks`` tasks of consecutive pieces with about equal records each (a
+    piece goes where its middle falls), and no task above ``max_records``
+    when pieces are at most that big. Consecutive pieces are mostly of one
+    cluster and topic, so a task uses few consumers."""
+    total = int(sizes.sum())
+    middle = np.cumsum(sizes) - sizes / 2
+    n = max(tasks, 1)
+    while True:
+        if n >= len(sizes):
+            return np.arange(len(sizes), dtype=np.int64)
+        slot = np.minimum((middle * n / total).astype(np.int64), n - 1)
+        # renumber: no empty task in between
+        task = np.cumsum(np.concatenate(([0], np.diff(slot) > 0)))
+        largest = int(np.bincount(task, weights=sizes).max())
+        if largest <= max_records:
+            return task.astype(np.int64)
+        n += 1
+
+
+def piece_counts(sizes: I64, *, max_records: int, target: int) -> I64:
+    """How many pieces each range (all of them non-empty) is cut into."""
+    counts = -(-sizes // max_records)
+    want = min(target, int(sizes.sum())) - int(counts.sum())
+    if want <= 0:
+        return counts
+    # Few tasks (fewer than the parallelism): cut the largest pieces further.
+    size, k = sizes.tolist(), counts.tolist()
+    heap = [(-s / c, i) for i, (s, c) in enumerate(zip(size, k, strict=True)) if s > c]
+    heapq.heapify(heap)
+    for _ in range(want):
+        _, i = heapq.heappop(heap)
+        k[i] += 1
+        if size[i] > k[i]:
+            heapq.heappush(heap, (-size[i] / k[i], i))
+    return np.array(k, dtype=np.int64)
+
+
+def cut_ranges(
+    start: I64,
+    until: I64,
+    *,
+    min_partitions: int = 0,
+    max_records: int = DEFAULT_MAX_RECORDS,
+    parallelism: int = 0,
+) -> Pieces:
+    """The tasks of ranges ``[start[i], until[i])`` (all non-empty, each of a
+    different split, in the order wanted): see the module docstring."""
+    sizes = until - start
+    if not len(sizes):
+        return Pieces(sizes, sizes, sizes, sizes)
+    max_records = max(max_records, 1)
+    target = max(parallelism, min_partitions, 1)
+    counts = piece_counts(sizes, max_records=max_records, target=target)
+    index = np.repeat(np.arange(len(sizes), dtype=np.int64), counts)
+    # j-th piece of a range of `size` records in `k` pieces: the first
+    # size % k pieces hold one record more than the others.
+    j = np.arange(len(index), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    q, r = np.divmod(sizes, counts)
+    q, r = q[index], r[index]
+    first = start[index] + j * q + np.minimum(j, r)
+    last = first + q + (j < r)
+    if parallelism > 0 and len(index) > target:
+        # More pieces than Spark runs at once: a task per piece would queue
+        # up behind the cores, each paying a Python task's fixed cost.
+        tasks = max(target, -(-int(sizes.sum()) // max_records))
+        task = group(last - first, tasks=tasks, max_records=max_records)
+    else:
+        task = np.arange(len(index), dtype=np.int64)
+    return Pieces(index, first, last, task)
+
+
+def plan_tasks(
+    ranges: Iterable[Range],
+    *,
+    min_partitions: int = 0,
+    max_records: int = DEFAULT_MAX_RECORDS,
+    parallelism: int = 0,
+) -> list[list[Range]]:
+    """Tasks of ``ranges`` (sorted first; empty ones dropped, contiguous
+    ranges of one split joined); each task holds one range."""
+    tape = _merge(sorted(r for r in ranges if r.size > 0))
+    pieces = cut_ranges(
+        np.array([r.start for r in tape], dtype=np.int64),
+        np.array([r.until for r in tape], dtype=np.int64),
+        min_partitions=min_partitions,
+        max_records=max_records,
+        parallelism=parallelism,
+    )
+    return [[Range(tape[i].split, a, b) for i, a, b in task] for task in pieces.by_task()]
+
+
+def _merge(ranges: list[Range]) -> list[Range]:
+    """Sorted ranges with contiguous ranges of the same split joined."""
+    out: list[Range] = []
+    for r in ranges:
+        if out and out[-1].split == r.split and out[-1].until == r.start:
+            out[-1] = Range(r.split, out[-1].start, r.until)
+        else:
+            out.append(r)
+    return out

@@ -1,0 +1,139 @@
+"""Where a split starts when a query first sees it (its *entry* offset).
+
+Usually that is its cluster's starting position (earliest unless the stream
+document says otherwise), so nothing added mid-query is missed. When the
+cluster replaced a failed one the query still holds, the offset is translated
+from the query's position on the failed cluster instead
+(:mod:`multikafka.coordinator.translation`). When the cluster was removed from the
+stream and added back within the stream's ``removed_cluster_retention``, its
+splits resume where this query left them (:meth:`EntryOffsets.resume`), ahead
+of both: those are the query's own positions on that very cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from multikafka.coordinator.clusters.discovery import Discovery
+from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.translation import FailoverTranslator, Translation
+from multikafka.core.exceptions import DataLossError
+from multikafka.core.model import SplitId, StartingPosition, StartKind
+from multikafka.core.offsets import SplitOffsets
+
+
+@dataclass
+class Resumed:
+    """New splits of clusters added back that the query had left (see
+    :meth:`EntryOffsets.resume`)."""
+
+    #: split -> entry offset (where the query left it, or the log start if
+    #: that was deleted meanwhile and data loss is allowed).
+    entry: dict[str, int] = field(default_factory=dict)
+    #: Splits the query left, resolved or not: they never take the starting
+    #: position (one of an unreachable cluster waits for the next batch).
+    claimed: set[str] = field(default_factory=set)
+    #: split -> what was lost (only with failOnDataLoss=false).
+    data_loss: dict[str, str] = field(default_factory=dict)
+
+
+def query_for(position: StartingPosition | None) -> OffsetQuery:
+    """The offset lookup of a cluster's starting position (default: earliest)."""
+    if position is None or position.kind is StartKind.EARLIEST:
+        return OffsetQuery.earliest()
+    if position.kind is StartKind.LATEST:
+        return OffsetQuery.latest()
+    return OffsetQuery.at_time(position.timestamp_ms)
+
+
+class EntryOffsets:
+    def __init__(self, discovery: Discovery, translator: FailoverTranslator) -> None:
+        self._discovery = discovery
+        self._translator = translator
+
+    async def resume(
+        self,
+        view: StreamView,
+        new: Sequence[str],
+        left: Mapping[str, SplitOffsets],
+        *,
+        fail_on_data_loss: bool = True,
+    ) -> Resumed:
+        """Entry offsets of the ``new`` splits the query ``left`` (cluster ->
+        where it left that cluster's splits when the cluster was removed):
+        the same offsets, checked against each partition's log start. Below
+        it (retention deleted records while the cluster was out) is data
+        loss: :class:`DataLossError`, or with ``fail_on_data_loss=False`` the
+        split starts at the log start and the loss is reported."""
+        out = Resumed()
+        mine: dict[str, int] = {}
+        for s in new:
+            offsets = left.get(s.split("/", 1)[0])
+            if offsets is not None and s in offsets:
+                mine[s] = offsets[s]
+        if not mine:
+            return out
+        out.claimed = set(mine)
+        log_start = await self._discovery.split_offsets(
+            view.name, (SplitId.parse(s) for s in mine), OffsetQuery.earliest()
+        )
+        for s, at in sorted(mine.items()):
+            first = log_start.get(s)
+            if first is None:
+                continue  # cluster unreachable (or partition gone): next batch
+            if at >= first:
+                out.entry[s] = at
+                continue
+            text = (
+                f"{s} resumes at {at}, where the query left it when its cluster was "
+                f"removed, but the partition now starts at {first} (records deleted "
+                "while the cluster was out of the stream)"
+            )
+            if fail_on_data_loss:
+                raise DataLossError(f"{text}; set failOnDataLoss=false to skip lost data and go on")
+            out.data_loss[s] = text
+            out.entry[s] = first
+        return out
+
+    async def resolve(
+        self,
+        view: StreamView,
+        start: Mapping[str, int],
+        new: Sequence[str],
+        abandoned: Mapping[str, int],
+    ) -> tuple[dict[str, int], list[Translation]]:
+        """Entry offsets of the ``new`` splits that can be resolved now (splits
+        of unreachable clusters are left out and tried again next batch), and
+        how the translated ones were chosen."""
+        by_cluster: dict[str, list[SplitId]] = defaultdict(list)
+        for s in new:
+            split = SplitId.parse(s)
+            by_cluster[split.cluster].append(split)
+        plain: dict[OffsetQuery, list[SplitId]] = defaultdict(list)
+        translations = []
+        for cid, splits in by_cluster.items():
+            record = self._translator.record_for(view, cid, start)
+            if record is not None:
+                translations.append(
+                    self._translator.translate(view, record, splits, start, abandoned)
+                )
+            else:
+                plain[query_for(view.spec.clusters[cid].starting)].extend(splits)
+        translated, found = await asyncio.gather(
+            asyncio.gather(*translations),
+            asyncio.gather(
+                *(self._discovery.split_offsets(view.name, s, q) for q, s in plain.items())
+            ),
+        )
+        entry: dict[str, int] = {}
+        notes: list[Translation] = []
+        for offsets, how in translated:
+            entry.update(offsets)
+            notes.extend(how)
+        for offsets in found:
+            entry.update(offsets)
+        return entry, notes

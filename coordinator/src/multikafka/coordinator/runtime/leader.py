@@ -1,0 +1,107 @@
+"""What only the leader does, for one term of leadership.
+
+When a replica is elected it creates :class:`LeaderDuties`: the stores the
+leader writes (query progress, read marks, history) are loaded fresh from
+etcd (a standby's copies would be stale), and partition discovery, the
+reconciler, the agent registry and the cluster lifecycle start. When it is
+deposed they all stop and are dropped: nothing of a term survives into the
+next but what is in etcd. Every write they make goes through the fenced etcd
+client, so a deposed leader's late write is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Executor
+
+from multikafka.coordinator.agents.reconcile import Reconciler
+from multikafka.coordinator.agents.registry import AgentRegistry
+from multikafka.coordinator.clusters.discovery import Discovery, MetadataClientFactory
+from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
+from multikafka.coordinator.config import CoordinatorConfig
+from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.planning.entry import EntryOffsets
+from multikafka.coordinator.state.etcd import FencedEtcd
+from multikafka.coordinator.state.history import History
+from multikafka.coordinator.state.metadata import MetadataStore
+from multikafka.coordinator.state.queries import QueryStore
+from multikafka.coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
+
+logger = logging.getLogger(__name__)
+
+
+class LeaderDuties:
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        store: MetadataStore,
+        etcd: FencedEtcd,
+        metrics: Metrics,
+        executor: Executor,
+        client_factory: MetadataClientFactory,
+    ) -> None:
+        prefix = config.etcd_prefix.rstrip("/")
+        self.store = store
+        self.metrics = metrics
+        self.history = History(etcd, prefix, config.history_size)
+        self.queries = QueryStore(etcd, prefix)
+        self.marks = ReadMarks(etcd, prefix)
+        self.registry = AgentRegistry(etcd, prefix, config.reader_ttl_s)
+        self.discovery = Discovery(
+            config, executor, client_factory=client_factory, on_shrink=self._shrunk
+        )
+        self.lifecycle = ClusterLifecycle(
+            store, self.discovery, self.queries, self.history, metrics
+        )
+        self.reconciler = Reconciler(
+            store,
+            self.discovery,
+            self.registry,
+            self.lifecycle.wake,
+            self.history,
+            metrics,
+            forget=self.marks.forget,
+        )
+        self.abandonments = Abandonments(self.queries, self.history, metrics)
+        self.translator = FailoverTranslator(self.discovery, self.marks)
+        self.entry = EntryOffsets(self.discovery, self.translator)
+
+    async def load(self) -> None:
+        """Read the leader's state from etcd and take the streams as they are."""
+        await self.history.load()
+        await self.queries.load()
+        await self.marks.load()
+        await self.reconciler.start()
+
+    async def run(self) -> None:
+        """Start the background work: discovery, marks and history
+        persistence, the agent registry, the lifecycle checks."""
+        self.history.start()
+        await self.registry.start()
+        self.discovery.start()
+        self.marks.start()
+        self.lifecycle.start()
+
+    async def start(self) -> None:
+        await self.load()
+        await self.run()
+
+    async def stop(self) -> None:
+        """Stop everything of this term (writes still pending are tried once;
+        a deposed leader's are refused by the fence)."""
+        await self.lifecycle.stop()
+        self.reconciler.stop()
+        await self.registry.stop()
+        await self.marks.stop()
+        await self.history.stop()
+        await self.discovery.close()
+
+    def _shrunk(self, stream: str, cluster: str, topic: str, known: int, seen: int) -> None:
+        self.metrics.shrunk.labels(stream, cluster).inc()
+        self.history.record(
+            stream,
+            "partitions-shrunk",
+            cluster=cluster,
+            detail=f"topic {topic} shows {seen} partitions, {known} were known; keeping {known} (alert)",
+            generation=self.store.revision,
+        )

@@ -1,0 +1,314 @@
+"""The coordinator process: one replica of the coordinator service.
+
+Every replica keeps a warm copy of the metadata (the etcd watch), serves the
+gRPC services (Admin, Planner, Reader, health, reflection) and the HTTP
+listener (metrics and probes), announces itself under ``<prefix>/replicas/``
+and campaigns for leadership (:mod:`multikafka.coordinator.runtime.election`). The leader alone
+runs the duties of a term (:mod:`multikafka.coordinator.runtime.leader`); a standby answers
+read-only calls and tells clients where the leader is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from multikafka.coordinator.api.admin import AdminService
+from multikafka.coordinator.api.auth import AuthInterceptor
+from multikafka.coordinator.api.planner import PlannerService
+from multikafka.coordinator.api.reader import ReaderService, add_reader_service
+from multikafka.coordinator.api.rpc import DecodeInterceptor
+from multikafka.coordinator.clusters.discovery import MetadataClientFactory
+from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
+from multikafka.coordinator.config import CoordinatorConfig, TlsFiles
+from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.runtime.election import Election, Replica
+from multikafka.coordinator.runtime.leader import LeaderDuties
+from multikafka.coordinator.runtime.probes import ProbeServer
+from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd
+from multikafka.coordinator.state.metadata import MetadataStore
+from multikafka.core.background import BackgroundTasks
+from multikafka.core.exceptions import NotLeaderError, UnavailableError
+from multikafka.core.retry import Backoff, retry_async
+from multikafka.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    planner_pb2,
+    planner_pb2_grpc,
+    reader_pb2,
+)
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
+    planner_pb2.DESCRIPTOR.services_by_name["Planner"].full_name,
+    reader_pb2.DESCRIPTOR.services_by_name["Reader"].full_name,
+)
+#: gRPC health service name that is SERVING on the leader only.
+LEADER_HEALTH = "multikafka.leader"
+#: Largest request accepted (a stream document is refused above 1 MiB with a
+#: clear message; beyond this gRPC refuses the message itself).
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+
+class Coordinator:
+    """One coordinator replica. ``await start()``, then ``await stop()``."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        *,
+        client_factory: MetadataClientFactory = KafkaMetadataClient,
+    ) -> None:
+        self.config = config
+        self.prefix = config.etcd_prefix.rstrip("/")
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.metrics = Metrics()
+        self.etcd = Etcd(config.etcd)
+        self.fenced = FencedEtcd(self.etcd, self._fence, self._fenced)
+        self.store = MetadataStore(self.fenced, self.prefix)
+        self.election: Election | None = None
+        #: The current term's duties while this replica leads.
+        self.duties: LeaderDuties | None = None
+        self._client_factory = client_factory
+        self._executor = ThreadPoolExecutor(
+            config.kafka_threads, thread_name_prefix="multikafka-kafka"
+        )
+        self._tasks = BackgroundTasks("coordinator")
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._probes: ProbeServer | None = None
+        self._presence_lease: int | None = None
+        self._etcd_ok = False
+        self.started_ms = int(time.time() * 1000)
+        self.port = 0
+        self.metrics_port = 0
+
+    # -- what services and probes ask ---------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """Where clients reach this replica (its advertised address)."""
+        return self.config.advertised(self.port)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.election is not None and self.election.is_leader and self.duties is not None
+
+    @property
+    def leader_address(self) -> str:
+        leader = self.election.leader if self.election is not None else None
+        return leader.address if leader is not None else ""
+
+    def leading(self) -> LeaderDuties:
+        """The duties of the current term; :class:`NotLeaderError` (naming the
+        leader) on a standby."""
+        duties = self.duties
+        if duties is None or self.election is None or not self.election.is_leader:
+            raise NotLeaderError(self.leader_address)
+        return duties
+
+    @property
+    def can_serve(self) -> bool:
+        """Connected to etcd with a warm copy of the metadata: the leader
+        serves everything, a standby the read-only calls (and points clients
+        to the leader). A leader is not required: during a takeover every
+        replica stays ready, so a Service keeps endpoints that answer
+        "retry" instead of refusing connections."""
+        return self.store.ready.is_set() and self._etcd_ok
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def start(self, *, etcd_wait_s: float = 30.0) -> None:
+        await self._connect(etcd_wait_s)
+        await self.store.start()
+        await self._serve()
+        self.election = Election(
+            self.etcd,
+            self.prefix,
+            Replica(self.id, self.address, self.started_ms),
+            ttl_s=self.config.lease_ttl_s,
+            metrics=self.metrics,
+            on_elected=self._elected,
+            on_deposed=self._deposed,
+            renewal_etcd=lambda: Etcd(self.config.etcd),
+        )
+        self._tasks.spawn("election", self.election.run())
+        self._tasks.every("presence", self.config.lease_ttl_s / 3, self._announce)
+        self._tasks.every("health", 0.25, self._update_health)
+        await self._announce()
+        await self._update_health()
+        logger.info(
+            "coordinator serving",
+            extra={"address": self.address, "etcd": str(self.config.etcd)},
+        )
+
+    async def _connect(self, wait_s: float) -> None:
+        async def reach() -> None:
+            await self.etcd.connect()
+            await self.etcd.get_prefix(f"{self.prefix}/streams/")
+
+        # A short wait says nothing; a long one says so after 5 s, then every 10 s.
+        next_note = [time.monotonic() + 5]
+
+        def waiting(exc: BaseException, delay_s: float) -> None:
+            if time.monotonic() >= next_note[0]:
+                next_note[0] = time.monotonic() + 10
+                logger.warning("waiting for etcd at %s: %s", self.config.etcd, exc)
+
+        await retry_async(
+            reach,
+            on=(UnavailableError,),
+            deadline_s=wait_s,
+            backoff=Backoff.constant(0.5),
+            on_retry=waiting,
+        )
+        self._etcd_ok = True
+
+    async def _elected(self) -> None:
+        duties = LeaderDuties(
+            self.config,
+            self.store,
+            self.fenced,
+            self.metrics,
+            self._executor,
+            self._client_factory,
+        )
+        self.duties = duties
+        try:
+            await duties.start()
+        except BaseException:
+            self.duties = None
+            await duties.stop()
+            raise
+        await self._update_health()
+
+    async def _deposed(self) -> None:
+        duties, self.duties = self.duties, None
+        await self._update_health()
+        if duties is not None:
+            await duties.stop()
+
+    async def replicas(self) -> list[Replica]:
+        """The replicas that announce themselves in etcd now."""
+        kvs, _ = await self.etcd.get_prefix(f"{self.prefix}/replicas/")
+        found = [Replica.from_json(kv.value) for kv in kvs]
+        return sorted((r for r in found if r is not None), key=lambda r: r.address)
+
+    def _fence(self) -> Fence | None:
+        return self.election.fence() if self.election is not None else None
+
+    def _fenced(self) -> None:
+        if self.election is not None:
+            self.election.lost()
+
+    async def _announce(self) -> None:
+        """Keep this replica's entry under ``<prefix>/replicas/`` (for ``status``)."""
+        key = f"{self.prefix}/replicas/{self.id}"
+        me = Replica(self.id, self.address, self.started_ms).to_json()
+        try:
+            if self._presence_lease is not None and (
+                await self.etcd.refresh_lease(self._presence_lease) > 0
+            ):
+                self._etcd_ok = True
+                return
+            ttl = max(int(self.config.lease_ttl_s * 3), 3)
+            self._presence_lease = await self.etcd.grant_lease(ttl)
+            await self.etcd.put(key, me, lease=self._presence_lease)
+            self._etcd_ok = True
+        except UnavailableError:
+            self._etcd_ok = False
+            raise
+
+    async def _update_health(self) -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        can = serving if self.can_serve else not_serving
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, can)
+        await self._health.set(LEADER_HEALTH, serving if self.is_leader else not_serving)
+        self.metrics.readers.set(
+            len(self.duties.registry.agents()) if self.duties is not None else 0
+        )
+
+    async def _serve(self) -> None:
+        server = grpc.aio.server(
+            interceptors=[
+                AuthInterceptor(
+                    self.config.admin_token, self.config.reader_token, mtls=self.config.mtls
+                ),
+                DecodeInterceptor("/multikafka.v1."),
+            ],
+            options=[
+                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            ],
+        )
+        readers_authenticated = bool(self.config.reader_token) or self.config.mtls
+        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self), server)
+        planner_pb2_grpc.add_PlannerServicer_to_server(
+            PlannerService(self, readers_authenticated=readers_authenticated), server
+        )
+        add_reader_service(ReaderService(self, self.config.heartbeat_interval_s), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server
+        )
+        if self.config.tls is not None:
+            self.port = server.add_secure_port(
+                self.config.listen, _server_credentials(self.config.tls)
+            )
+        else:
+            self.port = server.add_insecure_port(self.config.listen)
+        await server.start()
+        self._server = server
+        if self.config.metrics_listen:
+            self._probes = ProbeServer(self.config.metrics_listen, self, self.metrics.registry)
+            self.metrics_port = self._probes.port
+
+    async def stop(self, grace_s: float = 1.0) -> None:
+        """Resign leadership at once (a standby takes over without waiting
+        for the lease to expire), then stop serving."""
+        await self._health.enter_graceful_shutdown()
+        if self.election is not None:
+            self.election.resign()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.election.finished.wait(), self.config.lease_ttl_s)
+        await self._tasks.stop()
+        if self.duties is not None:  # the election loop did not get to it
+            await self._deposed()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+        if self._probes is not None:
+            self._probes.close()
+        if self._presence_lease is not None:
+            with contextlib.suppress(UnavailableError):
+                await self.etcd.revoke_lease(self._presence_lease)
+        await self.store.stop()
+        await self.etcd.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+
+def _server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
+    return grpc.ssl_server_credentials(
+        [(Path(tls.key).read_bytes(), Path(tls.cert).read_bytes())],
+        root_certificates=Path(tls.client_ca).read_bytes() if tls.client_ca else None,
+        require_client_auth=bool(tls.client_ca),
+    )

@@ -1,0 +1,41 @@
+"""librdkafka settings every multikafka client starts from: the coordinator's
+metadata clients and group committers, and the reader agents' consumers.
+
+No confluent-kafka import: these are plain settings, shared by the
+coordinator (which never reads records) and the read path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from multikafka.core.model import Connection
+
+#: Group id of reader consumers: librdkafka needs one, we never join or commit with it.
+READER_GROUP_ID = "multikafka-reader"
+
+READER_DEFAULTS = {
+    "log.connection.close": "false",
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    # A range that starts before the log start is data loss; we want to know.
+    "auto.offset.reset": "error",
+    "fetch.max.bytes": "52428800",
+    "max.partition.fetch.bytes": "10485760",
+    "queued.min.messages": "200000",
+}
+
+
+ClientConfig = dict[str, str | int | float | bool]
+
+
+def client_config(connection: Connection, defaults: Mapping[str, str]) -> ClientConfig:
+    """librdkafka settings for ``connection``: our defaults, then the stream's
+    properties (which win), then the bootstrap servers."""
+    config: ClientConfig = dict(defaults)
+    config.update(connection.properties.as_librdkafka_dict())
+    config["bootstrap.servers"] = connection.bootstrap_servers
+    return config
+
+
+#: :func:`_collector_paused` freezes at this process's batches numbered by a

@@ -1,0 +1,27 @@
+"""Logging for the CLI (the library never installs handlers)."""
+
+from __future__ import annotations
+
+import logging
+
+from multikafka.core import env
+
+#: ``extra`` fields printed after the message when a record carries them.
+CONTEXT_FIELDS = ("stream", "cluster", "generation", "kind", "split", "agent", "error", "address")
+
+
+class ContextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        ctx = [f"{k}={getattr(record, k)}" for k in CONTEXT_FIELDS if hasattr(record, k)]
+        return f"{line} {' '.join(ctx)}" if ctx else line
+
+
+def configure(level: str | None = None) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(ContextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel((level or env.get(env.LOG_LEVEL, "INFO")).upper())
+    for noisy in ("aetcd", "grpc", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

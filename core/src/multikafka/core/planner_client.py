@@ -1,0 +1,195 @@
+"""A typed client of the coordinator's Planner service (the driver side of the Spark
+source uses it).
+
+Every call is idempotent, so calls that find the coordinator unavailable (it
+restarts, or a new leader takes over) are retried until a deadline.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+from multikafka.core import offsets as ov
+from multikafka.core.exceptions import UnavailableError
+from multikafka.core.transport import ConnectConfig, Coordinators
+from multikafka.v1 import planner_pb2, planner_pb2_grpc
+
+logger = logging.getLogger(__name__)
+
+
+R = TypeVar("R")
+
+
+class LatestOffsets(NamedTuple):
+    """What ``LatestOffsets`` answers."""
+
+    #: The end of the next micro-batch (within the read limit and cap).
+    end: ov.SplitOffsets
+    #: The end without the read limit and cap: what is available now (None:
+    #: a coordinator from before it was sent).
+    available: ov.SplitOffsets | None
+
+
+class PlannerClient:
+    """``config``: the coordinator's address(es), TLS and reader token; calls
+    go to the leader and are retried for ``timeout_s`` (each attempt gets
+    ``call_timeout_s``). The channel opens on first use."""
+
+    def __init__(
+        self,
+        config: ConnectConfig | str,
+        *,
+        timeout_s: float = 60.0,
+        call_timeout_s: float = 30.0,
+    ) -> None:
+        self.config = config if isinstance(config, ConnectConfig) else ConnectConfig.parse(config)
+        self.address = str(self.config)
+        self._timeout_s = timeout_s
+        self._call_timeout_s = call_timeout_s
+        self._coordinators: Coordinators | None = None
+
+    def close(self) -> None:
+        if self._coordinators is not None:
+            self._coordinators.close()
+        self._coordinators = None
+
+    def _call(
+        self,
+        what: str,
+        method: Callable[[planner_pb2_grpc.PlannerStub], Callable[..., R]],
+        request: Any,
+    ) -> R:
+        if self._coordinators is None:
+            self._coordinators = Coordinators(self.config)
+
+        return self._coordinators.unary(
+            what,
+            planner_pb2_grpc.PlannerStub,
+            method,
+            request,
+            timeout_s=self._call_timeout_s,
+            deadline_s=self._timeout_s,
+        )
+
+    def resolve(self, stream: str, position: planner_pb2.Position) -> tuple[ov.SplitOffsets, int]:
+        req = planner_pb2.ResolveOffsetsRequest(stream=stream, position=position, columnar=True)
+        resp = self._call("resolve offsets", lambda s: s.ResolveOffsets, req)
+        return _offsets(resp, "offsets"), resp.generation
+
+    def latest(
+        self,
+        stream: str,
+        query_id: str,
+        start: Mapping[str, int],
+        *,
+        max_records: int,
+        cap: Mapping[str, int] | None,
+        fail_on_data_loss: bool,
+    ) -> ov.SplitOffsets:
+        """The end of the next micro-batch (:meth:`latest_offsets`' ``end``)."""
+        return self.latest_offsets(
+            stream,
+            query_id,
+            start,
+            max_records=max_records,
+            cap=cap,
+            fail_on_data_loss=fail_on_data_loss,
+        ).end
+
+    def latest_offsets(
+        self,
+        stream: str,
+        query_id: str,
+        start: Mapping[str, int],
+        *,
+        max_records: int,
+        cap: Mapping[str, int] | None,
+        fail_on_data_loss: bool,
+    ) -> LatestOffsets:
+        """The end of the next micro-batch from ``start`` (at most
+        ``max_records`` records, 0: no limit; never past ``cap``), and what
+        is available now."""
+        req = planner_pb2.LatestOffsetsRequest(
+            stream=stream,
+            query_id=query_id,
+            start_columns=ov.to_columns(start),
+            max_records=max_records,
+            cap_columns=ov.to_columns(cap or {}),
+            fail_on_data_loss=fail_on_data_loss,
+        )
+        resp = self._call("latest offsets", lambda s: s.LatestOffsets, req)
+        end = _offsets(resp, "end")
+        available = (
+            ov.from_columns(resp.available_columns, "available")
+            if resp.HasField("available_columns")
+            else None
+        )
+        return LatestOffsets(end, available)
+
+    def plan(
+        self,
+        stream: str,
+        query_id: str,
+        start: Mapping[str, int],
+        end: Mapping[str, int],
+        *,
+        min_partitions: int = 0,
+        max_records_per_partition: int = 0,
+        parallelism: int = 0,
+    ) -> planner_pb2.PlanPartitionsResponse:
+        """The tasks of the batch ``[start, end)``. ``min_partitions`` and
+        ``max_records_per_partition`` 0 mean unset; ``parallelism`` is what
+        Spark has (0: unknown). The answer's ``tasks`` are filled from the
+        columns the coordinator sends."""
+        req = planner_pb2.PlanPartitionsRequest(
+            stream=stream,
+            query_id=query_id,
+            start_columns=ov.to_columns(start),
+            end_columns=ov.to_columns(end),
+            min_partitions=min_partitions,
+            max_records_per_partition=max_records_per_partition,
+            parallelism=parallelism,
+        )
+        resp = self._call("plan partitions", lambda s: s.PlanPartitions, req)
+        if resp.HasField("task_columns"):
+            fill_tasks(resp)
+        return resp
+
+    def commit(self, stream: str, query_id: str, end: Mapping[str, int], group_id: str) -> None:
+        req = planner_pb2.CommitRequest(
+            stream=stream, query_id=query_id, end_columns=ov.to_columns(end), group_id=group_id
+        )
+        try:
+            self._call("commit", lambda s: s.Commit, req)
+        except UnavailableError:
+            # Progress reporting must not fail a batch Spark already committed.
+            logger.warning("could not report commit to coordinator %s", self.address)
+
+
+def _offsets(resp: Any, name: str) -> ov.SplitOffsets:
+    """The vector ``name`` of an answer: its columns, or the map a
+    coordinator before the columns sends."""
+    columns = f"{name}_columns"
+    if resp.HasField(columns):
+        return ov.from_columns(getattr(resp, columns), name)
+    return ov.parse(dict(getattr(resp, name)), name)
+
+
+def fill_tasks(resp: planner_pb2.PlanPartitionsResponse) -> None:
+    """Fill ``resp.tasks`` from ``resp.task_columns`` (and clear those): what
+    the Spark source turns into partitions. (``add()`` in place is about three
+    times faster than building the messages and appending them.)"""
+    cols = resp.task_columns
+    clusters, topics = list(cols.clusters), list(cols.topics)
+    rows = zip(cols.groups, cols.partitions, cols.from_offsets, cols.until_offsets, strict=True)
+    add = resp.tasks.add
+    for n in cols.task_ranges:
+        ranges = add().ranges
+        for g, p, a, b in itertools.islice(rows, n):
+            ranges.add(
+                cluster=clusters[g], topic=topics[g], partition=p, from_offset=a, until_offset=b
+            )
+    resp.ClearField("task_columns")

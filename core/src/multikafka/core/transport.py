@@ -1,0 +1,283 @@
+"""gRPC to the coordinator, in one place: every client (the admin client, the
+planner client, the reader agents' link) connects through :class:`Coordinators`.
+
+* Several addresses (``"a:7070,b:7070"``, or one Kubernetes Service
+  address): a call that finds a replica gone, or a standby that names the
+  leader, moves on by itself: to the leader it named, else to the next
+  address, and is tried again until its deadline.
+* TLS verified against a CA given as PEM bytes (so it can travel inside a
+  Spark task), client certificates (mutual TLS), the bearer token on every
+  call, keepalive, and gRPC's own retry policy for brief outages.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from multikafka.core import env
+from multikafka.core.exceptions import ValidationError, shown
+from multikafka.core.grpc_codes import from_rpc_error, leader_of
+from multikafka.core.retry import Backoff, retry
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+S = TypeVar("S")
+R = TypeVar("R")
+
+#: Calls that may be retried: the coordinator is away or is a standby.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+#: gRPC's own retries of a call that met a brief outage (same replica).
+_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [
+                    {"service": "multikafka.v1.Admin"},
+                    {"service": "multikafka.v1.Planner"},
+                    {"service": "multikafka.v1.Reader", "method": "Register"},
+                    {"service": "multikafka.v1.Reader", "method": "Heartbeat"},
+                    {"service": "multikafka.v1.Reader", "method": "ReportReads"},
+                ],
+                "retryPolicy": {
+                    "maxAttempts": 3,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+#: Between attempts of one call (moving between replicas included).
+CALL_BACKOFF = Backoff(first_s=0.1, max_s=1.0)
+
+_OPTIONS = (
+    # Keep idle connections alive through NATs and load balancers, and notice
+    # a dead peer within seconds instead of at the next call.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.enable_retries", 1),
+    ("grpc.service_config", _SERVICE_CONFIG),
+)
+
+
+def read_pem(path: str) -> bytes | None:
+    """The bytes of a PEM file (``None`` for an empty path); a clear error
+    when it cannot be read."""
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValidationError(path[:200], f"cannot read this PEM file: {exc.strerror}") from None
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata carrying ``token`` (none for an empty token)."""
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+@dataclass(frozen=True)
+class ConnectConfig:
+    """How a client reaches the coordinator."""
+
+    #: ``host:port`` of each replica (or of one Service in front of them).
+    addresses: tuple[str, ...]
+    #: PEM of the CA that signed the coordinator's certificate: TLS when set.
+    tls_ca: bytes | None = field(default=None, repr=False)
+    #: PEM of a client certificate and its key (mutual TLS).
+    cert: bytes | None = field(default=None, repr=False)
+    key: bytes | None = field(default=None, repr=False)
+    #: Bearer token sent with every call (admin or reader token).
+    token: str = field(default="", repr=False)
+
+    @classmethod
+    def parse(cls, coordinator: str, **options: object) -> ConnectConfig:
+        """``"host:port[,host:port...]"`` and the other fields."""
+        addresses = tuple(a.strip() for a in coordinator.split(",") if a.strip())
+        if not addresses:
+            raise ValidationError("coordinator", "name at least one host:port")
+        for a in addresses:
+            host, _, port = a.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValidationError("coordinator", f"{shown(a)} is not host:port")
+        if bool(options.get("cert")) != bool(options.get("key")):
+            raise ValidationError("coordinator", "a client certificate needs its key, and back")
+        return cls(addresses, **options)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_files(
+        cls, coordinator: str, *, token: str, ca: str = "", cert: str = "", key: str = ""
+    ) -> ConnectConfig:
+        """:meth:`parse` with the PEM files read now; the CA defaults to
+        ``MULTIKAFKA_TLS_CA``."""
+        return cls.parse(
+            coordinator,
+            tls_ca=read_pem(ca or env.get(env.TLS_CA)),
+            cert=read_pem(cert),
+            key=read_pem(key),
+            token=token,
+        )
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca is not None or self.cert is not None
+
+    def __str__(self) -> str:
+        return ",".join(self.addresses)
+
+
+class Coordinators:
+    """Channels to the coordinator's replicas; calls go to the leader (see
+    the module docstring). Thread-safe."""
+
+    def __init__(self, config: ConnectConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._address = config.addresses[0]
+        self._next = 0
+        self._channels: dict[str, grpc.Channel] = {}
+        self.metadata = bearer(config.token)
+
+    @property
+    def address(self) -> str:
+        """The replica calls go to now."""
+        return self._address
+
+    def channel(self) -> grpc.Channel:
+        return self.target()[1]
+
+    def target(self) -> tuple[str, grpc.Channel]:
+        """The replica calls go to now, and its channel (pass the address to
+        :meth:`moved` when the call fails)."""
+        with self._lock:
+            address = self._address
+            ch = self._channels.get(address)
+            if ch is None:
+                ch = self._channels[address] = self._open(address)
+            return address, ch
+
+    def _open(self, address: str) -> grpc.Channel:
+        if not self.config.tls:
+            return grpc.insecure_channel(address, options=_OPTIONS)
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.config.tls_ca,
+            private_key=self.config.key,
+            certificate_chain=self.config.cert,
+        )
+        options = list(_OPTIONS)
+        if address not in self.config.addresses:
+            # A leader a standby named, by its own (advertised) address: check
+            # its certificate against the name we were given.
+            options.append(("grpc.ssl_target_name_override", self._given_host()))
+        return grpc.secure_channel(address, creds, options=options)
+
+    def _given_host(self) -> str:
+        return self.config.addresses[0].rpartition(":")[0].strip("[]")
+
+    def moved(self, error: BaseException, address: str) -> bool:
+        """After a call to ``address`` failed: if the replica is away or a
+        standby (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``), go to the leader a
+        standby named, else to the next configured address. Other failures
+        (a refusal, a cancelled call) stay; so do failures of an address
+        calls have already left (several threads fail on one dead replica,
+        and move once). True when it went to a leader a standby named (worth
+        calling at once)."""
+        if not isinstance(error, grpc.RpcError) or not isinstance(error, grpc.Call):
+            return False
+        if error.code() not in RETRYABLE:
+            return False
+        leader = leader_of(error)
+        with self._lock:
+            if address != self._address:
+                return False
+            to_leader = bool(leader) and leader != self._address
+            if to_leader:
+                self._address = leader
+            elif len(self.config.addresses) > 1 or self._address not in self.config.addresses:
+                self._next = (self._next + 1) % len(self.config.addresses)
+                self._address = self.config.addresses[self._next]
+            else:
+                return False
+        logger.info("moving to coordinator %s", self._address)
+        return to_leader
+
+    def call(
+        self,
+        what: str,
+        fn: Callable[[grpc.Channel, tuple[tuple[str, str], ...]], T],
+        *,
+        deadline_s: float,
+        backoff: Backoff = CALL_BACKOFF,
+    ) -> T:
+        """``fn(channel, metadata)`` on the leader, moving and retrying on
+        ``UNAVAILABLE``/``DEADLINE_EXCEEDED`` until ``deadline_s``; a failure
+        is raised as a :class:`MultikafkaError` (chained to the gRPC error)."""
+
+        # After a standby named the leader, the next attempt goes at once.
+        to_leader = threading.Event()
+
+        def attempt() -> T:
+            address, channel = self.target()
+            try:
+                return fn(channel, self.metadata)
+            except grpc.RpcError as exc:
+                if self.moved(exc, address):
+                    to_leader.set()
+                raise
+
+        def pause(delay_s: float) -> None:
+            if to_leader.is_set():
+                to_leader.clear()
+            else:
+                time.sleep(delay_s)
+
+        try:
+            return retry(
+                attempt,
+                on=(grpc.RpcError,),
+                when=lambda exc: isinstance(exc, grpc.Call) and exc.code() in RETRYABLE,
+                deadline_s=deadline_s,
+                backoff=backoff,
+                sleep=pause,
+                on_retry=lambda exc, _: logger.debug("coordinator unavailable for %s", what),
+            )
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, f"coordinator {self._address}: {what}") from exc
+
+    def unary(
+        self,
+        what: str,
+        stub: Callable[[grpc.Channel], S],
+        method: Callable[[S], Callable[..., R]],
+        request: object,
+        *,
+        timeout_s: float,
+        deadline_s: float,
+    ) -> R:
+        """``method(stub)(request)`` through :meth:`call`, each attempt
+        given ``timeout_s``."""
+
+        def call(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> R:
+            return method(stub(channel))(request, metadata=metadata, timeout=timeout_s)
+
+        return self.call(what, call, deadline_s=deadline_s)
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for ch in channels:
+            ch.close()

@@ -1,0 +1,160 @@
+"""The compiled decoder (``multikafka_core/_decode.c``): loading it, checking
+it reads confluent-kafka's ``Message`` right, and wrapping its buffers as
+Arrow arrays. :mod:`multikafka.reader_agent.arrow` decides when to use it.
+
+The extension is optional (``setup.py``: a failed build is skipped). It reads
+a message either straight from confluent-kafka's C struct (``direct``: a few
+nanoseconds per record, but it depends on the struct's layout) or through
+the public accessor methods (``accessors``: layout-independent, slower).
+``direct`` is used only after :func:`load` found the struct's size as
+mirrored and the fields it reads of sample messages equal to what the
+accessors return; and each batch still compares its first and last message.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+logger = logging.getLogger(__name__)
+
+
+class Decoded(NamedTuple):
+    """One batch's columns as built by the extension."""
+
+    key: pa.Array
+    value: pa.Array
+    topic: pa.Array
+    partition: pa.Array
+    offset: pa.Array
+    #: int64 microseconds since the epoch (the caller gives it its timestamp type)
+    timestamp_us: pa.Array
+    timestamp_type: pa.Array
+    #: distinct (topic, partition) pairs, first seen first
+    pairs: list[tuple[str, int]]
+    #: per record, the index of its pair
+    codes: np.ndarray
+    #: per pair, the index of its last record
+    last: np.ndarray
+
+
+def _binary(n: int, validity: bytes | None, nulls: int, offsets: bytes, data: bytes) -> pa.Array:
+    buffers = [None if validity is None else pa.py_buffer(validity)]
+    buffers += [pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.binary(), n, buffers, null_count=nulls)
+
+
+def _fixed(type_: pa.DataType, n: int, data: bytes) -> pa.Array:
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(data)], null_count=0)
+
+
+@dataclass(frozen=True)
+class CompiledDecoder:
+    """The extension, configured for confluent-kafka's ``Message``."""
+
+    module: Any
+    #: whether it reads the C struct (else it calls the accessors)
+    direct: bool
+
+    @property
+    def name(self) -> str:
+        return "c-direct" if self.direct else "c-accessors"
+
+    def decode(self, msgs: list[Any]) -> Decoded | None:
+        """The columns of ``msgs``, or None when this batch needs the Python
+        decoder (an object that is not a ``Message``, a message without
+        partition, offset or topic, over 2 GiB of keys or values)."""
+        out = self.module.decode(msgs, self.direct)
+        if out is None:
+            return None
+        (kvalid, knulls, koffs, kdata, vvalid, vnulls, voffs, vdata, topics, tcodes) = out[:10]
+        (parts, offs, ts, tstypes, pairs, pcodes, plast) = out[10:]
+        n = len(msgs)
+        names = pa.array(topics, pa.string())
+        return Decoded(
+            key=_binary(n, kvalid, knulls, koffs, kdata),
+            value=_binary(n, vvalid, vnulls, voffs, vdata),
+            # Built from the distinct names: no Python string per record.
+            topic=names.take(_fixed(pa.int32(), n, tcodes)),
+            partition=_fixed(pa.int32(), n, parts),
+            offset=_fixed(pa.int64(), n, offs),
+            timestamp_us=_fixed(pa.int64(), n, ts),
+            timestamp_type=_fixed(pa.int32(), n, tstypes),
+            pairs=pairs,
+            codes=np.frombuffer(pcodes, np.int32),
+            last=np.frombuffer(plast, np.int32),
+        )
+
+
+def _samples() -> list[Any]:
+    """Messages whose every field the decoder reads has a distinct value
+    (needs a confluent-kafka that can construct a ``Message``)."""
+    from confluent_kafka import Message
+
+    return [
+        Message(
+            topic=f"t{i % 3}",
+            partition=7 + i,
+            offset=(1 << 40) + 3 * i,
+            key=None if i == 2 else b"k" * i,
+            value=None if i == 3 else bytes(range(i, i + 13)),
+            timestamp=(1 + i % 2, 1_700_000_000_123 + 11 * i),
+        )
+        for i in range(6)
+    ]
+
+
+def _agrees(decoder: CompiledDecoder, msgs: list[Any]) -> bool:
+    """Whether ``decoder`` reads ``msgs`` as their accessors do."""
+    got = decoder.decode(msgs)
+    if got is None:
+        return False
+    times = [m.timestamp() for m in msgs]
+    return bool(
+        got.key.to_pylist() == [m.key() for m in msgs]
+        and got.value.to_pylist() == [m.value() for m in msgs]
+        and got.topic.to_pylist() == [m.topic() for m in msgs]
+        and got.partition.to_pylist() == [m.partition() for m in msgs]
+        and got.offset.to_pylist() == [m.offset() for m in msgs]
+        and got.timestamp_us.to_pylist() == [t * 1000 for _, t in times]
+        and got.timestamp_type.to_pylist() == [k - 1 for k, _ in times]
+    )
+
+
+def load() -> tuple[CompiledDecoder | None, str]:
+    """The compiled decoder, direct if its checks pass; else the accessor
+    mode; else None. Also says why it is not direct (empty if it is)."""
+    try:
+        from confluent_kafka import Message
+
+        from multikafka.reader_agent import _decode
+    except ImportError as exc:
+        return None, f"the C decoder is not built ({exc})"
+    getters = (
+        Message.topic,
+        Message.partition,
+        Message.offset,
+        Message.timestamp,
+        Message.key,
+        Message.value,
+        Message.error,
+    )
+    _decode.configure(Message, getters)
+    accessors = CompiledDecoder(_decode, direct=False)
+    try:
+        samples = _samples()
+    except TypeError as exc:  # a confluent-kafka that cannot build a Message
+        return accessors, f"cannot build sample messages to check the layout ({exc})"
+    if not _agrees(accessors, samples):
+        return None, "the C decoder's accessor mode misreads sample messages"
+    why = _decode.check_layout()
+    if why is not None:
+        return accessors, why
+    direct = CompiledDecoder(_decode, direct=True)
+    if not _agrees(direct, samples):
+        return accessors, "reading the Message struct directly gives other values than its methods"
+    return direct, ""

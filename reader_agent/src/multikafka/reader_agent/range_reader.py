@@ -1,0 +1,554 @@
+"""Reading exact Kafka offset ranges of one cluster: :class:`KafkaRangeReader`,
+one reused confluent-kafka ``Consumer`` that ``assign``s exact ranges,
+``consume``s in large batches and hands them to
+:func:`multikafka.reader_agent.arrow.decode`. It never subscribes or joins a
+group. :class:`RangeReader` is the protocol the agent's fakes implement too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from multikafka.core.exceptions import DataLossError, UnavailableError
+from multikafka.core.kafka_config import READER_DEFAULTS, READER_GROUP_ID, client_config
+from multikafka.core.kafka_log import ClientLog, repeat_interval_s
+from multikafka.core.model import Connection
+from multikafka.reader_agent import arrow
+from multikafka.reader_agent.arrow import Columns
+
+logger = logging.getLogger(__name__)
+
+
+class TopicPartitionRange(NamedTuple):
+    """Read ``[start, until)`` of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+
+@dataclass
+class ReadOutcome:
+    """What reading a set of ranges did, beyond the records it returned."""
+
+    #: Last offset and record time read per (topic, partition).
+    last: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    #: Offsets found missing (deleted by retention) and skipped.
+    lost: int = 0
+    #: Ranges given up because the caller asked to abandon them.
+    abandoned: list[TopicPartitionRange] = field(default_factory=list)
+    records: int = 0
+
+
+class RangeReader(Protocol):
+    """Reads exact offset ranges of one cluster; never joins a consumer group."""
+
+    def read(
+        self,
+        ranges: Sequence[TopicPartitionRange],
+        outcome: ReadOutcome,
+        *,
+        include_headers: bool,
+        fail_on_data_loss: bool,
+        should_abandon: Callable[[], bool],
+    ) -> Iterator[Columns]:
+        """Yield the records of ``ranges`` in batches; fill ``outcome`` as it goes."""
+        ...
+
+    def close(self) -> None: ...
+
+
+_FREEZE_UNTIL = 1024
+_batches = 0
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a batch is consumed and
+    decoded. librdkafka messages are GC-tracked objects; tens of thousands of
+    them in flight made young-generation collections about half of the read
+    time. They form no reference cycles (reference counting frees them), and
+    the pause never spans a ``yield`` into the caller's code.
+
+    At a process's 1st, 2nd, 4th, ... 1024th batch it also freezes what is
+    alive (``gc.freeze()``): modules (those the first reads import too), the
+    reader agent, the Spark worker's own state, so that full collections no
+    longer walk them. pyspark's daemon runs ``gc.collect()`` after every task:
+    without the freeze that was half of the Spark Python workers' CPU per
+    record (docs/benchmarks.md). Frozen objects are still freed by reference
+    counting; only cycles among them are never collected: at most the
+    cyclic garbage of eleven moments, once per process."""
+    global _batches
+    _batches += 1
+    if _batches <= _FREEZE_UNTIL and _batches & (_batches - 1) == 0:
+        gc.freeze()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+Key = tuple[str, int]
+
+
+class KafkaRangeReader:
+    """Reads exact offset ranges from one cluster with one reused consumer.
+
+    The reader remembers where each partition's last range ended: a range
+    that starts there continues on what the consumer already fetched (the
+    records it consumed past that end, kept as leftovers) and fetches only
+    what comes after them, which is what consecutive micro-batches of a split
+    in one worker do. The consumer fetches only during a read: at its end,
+    what it fetched is taken as leftovers and every partition unassigned
+    (parked). Partitions unused for ``idle_reads`` reads are forgotten. A read
+    pauses a partition that has a consume batch of leftovers waiting. After
+    an error, or a read its caller stopped early, the reader forgets every
+    position and starts the next read from scratch.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        client_id: str = "multikafka-reader",
+        batch_size: int = 20_000,
+        poll_timeout_s: float = 0.5,
+        stall_check_s: float = 10.0,
+        watermark_timeout_s: float = 5.0,
+        idle_reads: int = 8,
+    ) -> None:
+        self.connection = connection
+        config = client_config(connection, {**READER_DEFAULTS, "client.id": client_id})
+        config.setdefault("group.id", READER_GROUP_ID)
+        #: librdkafka's lines, handed over by consume() (a reader that is not
+        #: reading keeps them queued until it reads again or closes).
+        self._log = ClientLog(
+            "reader",
+            connection.cluster,
+            unreachable_level=logging.INFO,
+            interval_s=repeat_interval_s(config),
+        )
+        self._consumer = Consumer(config, logger=self._log)
+        self._batch_size = batch_size
+        self._poll_timeout_s = poll_timeout_s
+        self._stall_check_s = stall_check_s
+        self._watermark_timeout_s = watermark_timeout_s
+        self._idle_reads = idle_reads
+        self._closed = False
+        #: Partitions the reader knows -> where their next range goes on (the
+        #: next offset the consumer delivers, or would once assigned again).
+        self._next: dict[Key, int] = {}
+        #: Partitions assigned now: those of the read going on (none between reads).
+        self._assigned: set[Key] = set()
+        self._paused: set[Key] = set()
+        #: Reads in a row that did not use a known partition.
+        self._unused: dict[Key, int] = {}
+        #: Records consumed past the end of a partition's last range: (that
+        #: end, the records), in offset order, up to ``_next``.
+        self._leftover: dict[Key, tuple[int, Columns]] = {}
+        #: Ranges that continued where their partition's last one ended, and
+        #: ranges the consumer had to be assigned at another offset for.
+        self.continued = 0
+        self.positioned = 0
+
+    def read(
+        self,
+        ranges: Sequence[TopicPartitionRange],
+        outcome: ReadOutcome,
+        *,
+        include_headers: bool,
+        fail_on_data_loss: bool,
+        should_abandon: Callable[[], bool],
+    ) -> Iterator[Columns]:
+        todo = [r for r in ranges if r.until > r.start]
+        if not todo:
+            return
+        # Next offset to read per partition. consume(n) waits until n records
+        # arrived or the timeout passed, so never ask for more than are left.
+        nxt: dict[Key, int] = {}
+        ready: list[Columns] = []
+        if self._assigned:  # a read left neither finished nor closed
+            self._forget(list(self._next))
+        for r in todo:
+            nxt[(r.topic, r.partition)] = self._continue_at(r, ready)
+        # (topic, partition) -> range, for ranges not read to their end yet
+        pending = {(r.topic, r.partition): r for r in todo if nxt[(r.topic, r.partition)] < r.until}
+        ends = {(r.topic, r.partition): r.until for r in todo}
+        consumer = self._consumer
+        try:
+            self._position_for(pending, nxt)
+            for held in ready:
+                self._account(held, outcome)
+                yield held
+            last_progress = time.monotonic()
+            while pending:
+                left = sum(r.until - nxt[k] for k, r in pending.items())
+                with _collector_paused():
+                    msgs = consumer.consume(
+                        max(1, min(self._batch_size, left)), timeout=self._poll_timeout_s
+                    )
+                    good = (
+                        self._drop_errors(msgs, pending, outcome, fail_on_data_loss) if msgs else []
+                    )
+                    cols = (
+                        self._decode(good, pending, nxt, ends, outcome, include_headers)
+                        if good
+                        else None
+                    )
+                    del msgs, good  # release the messages before the collector resumes
+                if cols is not None:
+                    last_progress = time.monotonic()
+                    yield cols
+                    continue
+                if should_abandon():
+                    outcome.abandoned.extend(
+                        r._replace(start=self._position(r)) for r in pending.values()
+                    )
+                    self._forget(list(pending))
+                    return
+                if time.monotonic() - last_progress > self._stall_check_s:
+                    self._check_truncated(pending, outcome, fail_on_data_loss)
+                    last_progress = time.monotonic()
+        except BaseException:
+            # An error, or the caller stopped reading (GeneratorExit): where
+            # the consumer stands is no longer known.
+            self._forget(list(self._next))
+            raise
+        self._park(ends, include_headers)
+
+    def _park(self, ends: Mapping[Key, int], include_headers: bool) -> None:
+        """After a read: keep what the consumer already fetched past the
+        read's ranges as leftovers, and unassign every partition until a read
+        needs it. A consumer that went on fetching between reads would fetch
+        each record once per worker that ever read its split (tasks move
+        between workers), hold it in memory, and keep polling the brokers.
+        Unassigned rather than paused: librdkafka took up to a second to fetch
+        a resumed partition again, and fetches an assigned one at once."""
+        try:
+            msgs: list[Any] = self._consumer.consume(self._batch_size, timeout=0)
+            failed = {(m.topic(), m.partition()) for m in msgs if m.error() is not None}
+            good = [m for m in msgs if m.error() is None]
+            self._forget(list(failed))  # where those stand is not known
+            if good:
+                with _collector_paused():
+                    cols = arrow.decode(good, include_headers=include_headers)
+                    del msgs, good
+                self._keep_leftovers(cols, ends)
+            self._unassign(list(self._assigned))
+        except KafkaException as exc:
+            logger.warning(
+                "could not unassign after a read; starting the next read afresh",
+                extra={"cluster": self.connection.cluster, "error": str(exc)},
+            )
+            self._forget(list(self._next))
+
+    def _continue_at(self, r: TopicPartitionRange, ready: list[Columns]) -> int:
+        """Where reading ``r`` goes on: after the leftovers it can use (added to
+        ``ready``) if it starts where its partition's last range ended, else at
+        its start."""
+        key = (r.topic, r.partition)
+        known = self._next.get(key)
+        left = self._leftover.pop(key, None)
+        if known is None:
+            return r.start
+        if left is not None and left[0] == r.start:
+            cols = left[1]
+            inside = cols.offset.to_numpy(zero_copy_only=False) < r.until
+            if inside.all():
+                ready.append(cols)
+            else:
+                if inside.any():
+                    ready.append(cols.filter(inside))
+                self._leftover[key] = (r.until, cols.filter(~inside))
+            self.continued += 1
+            return known
+        if left is None and known == r.start:
+            self.continued += 1
+            return known
+        return r.start
+
+    def _position_for(
+        self, pending: Mapping[Key, TopicPartitionRange], nxt: dict[Key, int]
+    ) -> None:
+        """Assign what this read must fetch, where it goes on (nothing is
+        assigned between reads), and forget what went unused for long."""
+        for key in self._next:
+            self._unused[key] = 0 if key in nxt else self._unused.get(key, 0) + 1
+        self._forget([k for k, n in self._unused.items() if n >= self._idle_reads])
+        if pending:
+            self._consumer.incremental_assign([TopicPartition(*k, nxt[k]) for k in pending])
+            self._assigned.update(pending)
+        for key in pending:
+            self.positioned += self._next.get(key) != nxt[key]
+            self._next[key] = nxt[key]
+            self._unused[key] = 0
+
+    def _forget(self, keys: Sequence[Key]) -> None:
+        """Unassign ``keys`` (those assigned) and drop what the reader knew of
+        them."""
+        keys = [k for k in keys if k in self._next]
+        if not keys:
+            return
+        try:
+            self._unassign([k for k in keys if k in self._assigned])
+        except KafkaException as exc:
+            logger.warning(
+                "unassign failed; starting over",
+                extra={"cluster": self.connection.cluster, "error": str(exc)},
+            )
+            with contextlib.suppress(KafkaException):
+                self._consumer.resume([TopicPartition(*k) for k in self._assigned])
+            self._consumer.unassign()
+            keys = list(self._next)
+        for k in keys:
+            self._next.pop(k, None)
+            self._unused.pop(k, None)
+            self._leftover.pop(k, None)
+            self._paused.discard(k)
+            self._assigned.discard(k)
+
+    def _unassign(self, keys: Sequence[Key]) -> None:
+        """Unassign ``keys`` (assigned ones), resumed first: librdkafka keeps
+        a partition's pause across unassign and assign, and a paused partition
+        assigned again would never be fetched."""
+        if not keys:
+            return
+        held = [TopicPartition(*k) for k in keys]
+        self._consumer.resume(held)
+        self._consumer.incremental_unassign(held)
+        self._assigned.difference_update(keys)
+        self._paused.difference_update(keys)
+
+    def _position(self, r: TopicPartitionRange) -> int:
+        """Next offset to read of ``r``'s partition (its start before any read)."""
+        pos = int(self._consumer.position([TopicPartition(r.topic, r.partition)])[0].offset)
+        return pos if pos >= 0 else r.start
+
+    def _finish(self, pending: dict[Key, TopicPartitionRange], key: Key) -> None:
+        """``key``'s range ended early (records lost): nothing of it to keep."""
+        del pending[key]
+        self._forget([key])
+
+    def _drop_errors(
+        self,
+        msgs: list[Any],
+        pending: dict[tuple[str, int], TopicPartitionRange],
+        outcome: ReadOutcome,
+        fail_on_data_loss: bool,
+    ) -> list[Any]:
+        errors = [m for m in msgs if m.error() is not None]
+        if not errors:
+            return msgs
+        for m in errors:
+            err = m.error()
+            if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            key = (m.topic(), m.partition())
+            if key in self._next and key not in pending:
+                # A partition this read does not need (known for a range that
+                # may go on there) failed: the next range starts afresh.
+                self._forget([key])
+                continue
+            if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                self._out_of_range(m.topic(), m.partition(), pending, outcome, fail_on_data_loss)
+                continue
+            if err.fatal() or not err.retriable():
+                raise UnavailableError(f"cluster {self.connection.cluster}: {err.str()}")
+            logger.warning(
+                "read error, retrying",
+                extra={"cluster": self.connection.cluster, "error": err.str()},
+            )
+        return [m for m in msgs if m.error() is None]
+
+    def _data_loss(self, r: TopicPartitionRange, frm: int, to: int, why: str, fail: bool) -> None:
+        split = f"{self.connection.cluster}/{r.topic}/{r.partition}"
+        if fail:
+            raise DataLossError(
+                f"{split}: offsets {frm}..{to - 1} are gone ({why}); "
+                "set failOnDataLoss=false to skip lost records and go on"
+            )
+        logger.warning(
+            "records lost, skipping", extra={"split": split, "lost": to - frm, "why": why}
+        )
+
+    def _out_of_range(
+        self,
+        topic: str,
+        partition: int,
+        pending: dict[tuple[str, int], TopicPartitionRange],
+        outcome: ReadOutcome,
+        fail_on_data_loss: bool,
+    ) -> None:
+        """The broker says the offset to read is out of range: either before
+        the log start (records deleted by retention) or past the log end (the
+        partition was truncated or recreated). Never read elsewhere instead."""
+        r = pending.get((topic, partition))
+        if r is None:
+            return
+        low, high = self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=self._watermark_timeout_s
+        )
+        pos = self._position(r)
+        if pos >= high:
+            self._data_loss(r, pos, r.until, f"the partition now ends at {high}", fail_on_data_loss)
+            outcome.lost += r.until - pos
+            self._finish(pending, (topic, partition))
+            return
+        lost_until = min(low, r.until)
+        self._data_loss(r, pos, lost_until, "deleted before they were read", fail_on_data_loss)
+        outcome.lost += max(lost_until - pos, 0)
+        if low >= r.until:
+            self._finish(pending, (topic, partition))
+        else:
+            self._consumer.seek(TopicPartition(topic, partition, low))
+
+    def _check_truncated(
+        self,
+        pending: dict[tuple[str, int], TopicPartitionRange],
+        outcome: ReadOutcome,
+        fail_on_data_loss: bool,
+    ) -> None:
+        """No record for a while. If a partition now ends before the range does
+        (and everything up to its end was read), it was truncated or recreated:
+        data loss. If it has records past where the reader stands, the
+        consumer is not fetching them (kept state went wrong): assign the
+        partition again there. Otherwise keep waiting (the cluster may be slow
+        or away)."""
+        for key, r in list(pending.items()):
+            tp = TopicPartition(r.topic, r.partition)
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    tp, timeout=self._watermark_timeout_s
+                )
+            except KafkaException:
+                logger.warning(
+                    "cluster unreachable while reading; waiting",
+                    extra={
+                        "cluster": self.connection.cluster,
+                        "topic": r.topic,
+                        "partition": r.partition,
+                    },
+                )
+                continue
+            pos = self._position(r)
+            at = self._next.get(key, r.start)
+            if at < high:
+                logger.warning(
+                    "no records for a while although the partition has them; assigning it again",
+                    extra={"cluster": self.connection.cluster, "split": f"{r.topic}/{r.partition}"},
+                )
+                self._forget([key])
+                self._consumer.incremental_assign([TopicPartition(*key, at)])
+                self._assigned.add(key)
+                self._next[key] = at
+                self._unused[key] = 0
+                continue
+            if high >= r.until or pos < high:
+                continue
+            self._data_loss(r, pos, r.until, f"the partition now ends at {high}", fail_on_data_loss)
+            outcome.lost += r.until - pos
+            self._finish(pending, key)
+
+    def _decode(
+        self,
+        msgs: list[Any],
+        pending: dict[Key, TopicPartitionRange],
+        nxt: dict[Key, int],
+        ends: Mapping[Key, int],
+        outcome: ReadOutcome,
+        include_headers: bool,
+    ) -> Columns | None:
+        cols = arrow.decode(msgs, include_headers=include_headers)
+        pairs, codes = cols.partitions()
+        keys = list(pending)
+        positions = self._consumer.position([TopicPartition(t, p) for t, p in keys])
+        for key, pos in zip(keys, positions, strict=True):
+            if pos.offset >= 0:
+                nxt[key] = self._next[key] = pos.offset
+            if pos.offset >= pending[key].until:
+                del pending[key]  # stays assigned: the next range may go on from here
+        # Records past their range's end: only partitions this batch finished,
+        # or finished earlier in the read, have them (the rare path, taken
+        # about once per range). They are kept for a range that goes on there.
+        if any(tp not in pending for tp in pairs):
+            limits = np.array([ends.get(tp, -1) for tp in pairs], np.int64)
+            keep = cols.offset.to_numpy(zero_copy_only=False) < limits[codes]
+            if not keep.all():
+                self._keep_leftovers(cols.filter(~keep), ends)
+                if not keep.any():
+                    return None
+                cols, codes = cols.filter(keep), codes[keep]
+        self._account(cols, outcome, (pairs, codes))
+        return cols
+
+    def _keep_leftovers(self, past: Columns, ends: Mapping[Key, int]) -> None:
+        """Keep records consumed past their range's end, per partition; pause
+        a partition once it has a consume batch of them waiting."""
+        pairs, codes = past.partitions()
+        last = past.last_per_partition((pairs, codes))
+        for i, key in enumerate(pairs):
+            end = ends.get(key)
+            if end is None or key not in self._next:
+                self._forget([key])  # not this read's: where it stands is unknown
+                continue
+            mine = past.filter(codes == i) if len(pairs) > 1 else past
+            held = self._leftover.get(key)
+            if held is not None and held[0] == end:
+                mine = _concat(held[1], mine)
+            self._leftover[key] = (end, mine)
+            self._next[key] = max(self._next[key], last[key][0] + 1)
+            if len(mine) >= self._batch_size and key not in self._paused:
+                self._consumer.pause([TopicPartition(*key)])
+                self._paused.add(key)
+
+    @staticmethod
+    def _account(
+        cols: Columns,
+        outcome: ReadOutcome,
+        index: arrow.PartitionIndex | None = None,
+    ) -> None:
+        """Count ``cols`` into ``outcome`` (records, last record per partition)."""
+        for tp, (offset, ts) in cols.last_per_partition(index or cols.partitions()).items():
+            prev = outcome.last.get(tp)
+            if prev is None or offset > prev[0]:
+                outcome.last[tp] = (offset, ts)
+        outcome.records += len(cols)
+
+    def set_log_context(
+        self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
+    ) -> None:
+        self._log.set_users(users, expected_down=expected_down)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
+
+
+def _concat(a: Columns, b: Columns) -> Columns:
+    """``a`` followed by ``b``."""
+    return Columns(
+        **{
+            f.name: (
+                None
+                if getattr(a, f.name) is None
+                else pa.concat_arrays([getattr(a, f.name), getattr(b, f.name)])
+            )
+            for f in dataclasses.fields(Columns)
+        }
+    )

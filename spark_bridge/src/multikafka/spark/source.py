@@ -1,0 +1,263 @@
+"""The ``multikafka`` PySpark data source and its stream and batch readers.
+
+Driver side: the readers talk only to the coordinator (through
+:class:`~multikafka.core.planner_client.PlannerClient`). Executor side:
+``read`` hands the partition's task to the process-wide reader agent.
+
+Spark constructs a reader in a planning worker and pickles its ``read`` to the
+executors, so a reader opens its gRPC channel lazily and drops it when pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+from multikafka.core import offsets as ov
+from multikafka.core.admission import MinRecordsGate
+from multikafka.core.exceptions import ValidationError
+from multikafka.core.planner_client import PlannerClient
+from multikafka.core.transport import ConnectConfig
+from multikafka.reader_agent import get_agent
+from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.spark.options import SourceOptions, connect_config, decoding_of
+from multikafka.spark.partition import MultiKafkaPartition
+from multikafka.v1 import planner_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class _Base:
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.query_id = options.query_id or f"{options.stream}-{uuid.uuid4().hex[:12]}"
+        self._client: PlannerClient | None = None
+        self._connect: ConnectConfig | None = None
+
+    @property
+    def connect(self) -> ConnectConfig:
+        """How to reach the coordinator (files read once, on the driver)."""
+        if self._connect is None:
+            self._connect = connect_config(self.options)
+        return self._connect
+
+    @property
+    def client(self) -> PlannerClient:
+        if self._client is None:
+            self._client = PlannerClient(self.connect, timeout_s=self.options.coordinator_timeout_s)
+        return self._client
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def _partitions(
+        self, start: ov.SplitOffsets, end: ov.SplitOffsets
+    ) -> list[MultiKafkaPartition]:
+        o = self.options
+        plan = self.client.plan(
+            o.stream,
+            self.query_id,
+            start,
+            end,
+            min_partitions=o.min_partitions,
+            max_records_per_partition=o.max_records_per_partition,
+            parallelism=o.parallelism,
+        )
+        tasks = tasks_from_plan(
+            plan,
+            coordinator=self.connect,
+            stream=o.stream,
+            query_id=self.query_id,
+            include_headers=o.include_headers,
+            fail_on_data_loss=o.fail_on_data_loss,
+            decoding=o.decoding,
+            overrides=o.kafka,
+        )
+        return [MultiKafkaPartition(task) for task in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, MultiKafkaPartition):
+            raise TypeError(f"not a multikafka partition: {type(partition).__name__}")
+        return get_agent().read(partition.task)
+
+
+class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Spark's micro-batch reader. Spark keeps one instance per query in a
+    planning worker, so what it learns between calls (when the last batch
+    started, the latest offsets) lives here."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        super().__init__(options)
+        self._target: ov.SplitOffsets | None = None
+        #: minOffsetsPerTrigger / maxTriggerDelay (None: not set).
+        self._gate = (
+            MinRecordsGate(options.min_offsets_per_trigger, options.max_trigger_delay_s)
+            if options.min_offsets_per_trigger
+            else None
+        )
+        #: What was available at the last latestOffset (reportLatestOffset).
+        self._available: ov.SplitOffsets | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        offsets, _ = self.client.resolve(self.options.stream, self.options.starting)
+        logger.info("query %s starts at %s", self.query_id, offsets)
+        return ov.to_document(offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # PySpark has no composite limit: with both minOffsetsPerTrigger and
+        # maxOffsetsPerTrigger the limit is the maximum and latestOffset
+        # applies the minimum itself.
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        if isinstance(limit, ReadMaxRows):
+            max_records = int(limit.max_rows)
+        elif isinstance(limit, (ReadAllAvailable, ReadMinRows)):
+            max_records = 0
+        else:
+            raise ValidationError(
+                "read limit",
+                f"{type(limit).__name__} is not supported; use maxOffsetsPerTrigger "
+                "or minOffsetsPerTrigger",
+            )
+        begin = ov.parse(start, "start")
+        got = self.client.latest_offsets(
+            self.options.stream,
+            self.query_id,
+            begin,
+            max_records=max_records,
+            cap=self._target,
+            fail_on_data_loss=self.options.fail_on_data_loss,
+        )
+        self._available = got.available if got.available is not None else got.end
+        gate = self._gate_for(limit)
+        if gate is not None and not gate.admit(begin, got.end, got.available):
+            logger.debug(
+                "query %s: fewer than minOffsetsPerTrigger=%d records available; "
+                "batch held back (%.1fs of maxTriggerDelay=%.1fs waited)",
+                self.query_id,
+                gate.min_records,
+                gate.waited_s(),
+                gate.max_delay_s,
+            )
+            return start
+        return ov.to_document(got.end)
+
+    def _gate_for(self, limit: ReadLimit) -> MinRecordsGate | None:
+        """The minOffsetsPerTrigger gate, if it applies to this call: not
+        under Trigger.AvailableNow (Spark's rule: it would wait forever), and
+        not when Spark asks for everything available (ReadAllAvailable, e.g.
+        Trigger.Once), whatever the options say."""
+        if self._gate is None or self._target is not None:
+            return None
+        return self._gate if isinstance(limit, (ReadMinRows, ReadMaxRows)) else None
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The offsets available at the last latestOffset, without the read
+        limit: Spark shows them as the source's ``latestOffset`` in the
+        query's progress (how far behind the query is)."""
+        return None if self._available is None else ov.to_document(self._available)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
+        self._target, _ = self.client.resolve(self.options.stream, latest)
+        logger.info("query %s reads up to %s (Trigger.AvailableNow)", self.query_id, self._target)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[MultiKafkaPartition]:
+        return self._partitions(ov.parse(start, "start"), ov.parse(end, "end"))
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.client.commit(
+            self.options.stream, self.query_id, ov.parse(end, "end"), self.options.commit_group_id
+        )
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+class MultiKafkaBatchReader(_Base, DataSourceReader):
+    def partitions(self) -> list[MultiKafkaPartition]:
+        start, _ = self.client.resolve(self.options.stream, self.options.starting)
+        end, _ = self.client.resolve(self.options.stream, self.options.ending)
+        # A split only the end knows starts where it ends (the coordinator
+        # plans nothing for it); one only the start knows is not read.
+        return self._partitions(start, end)
+
+
+class MultiKafkaDataSource(DataSource):
+    """``spark.readStream.format("multikafka")``: one logical stream read from
+    all the Kafka clusters its metadata names, exactly once."""
+
+    #: Tasks the Spark session runs at once; the planner sizes micro-batches
+    #: by it. Python workers cannot ask Spark, so :func:`register` sets it on
+    #: the class it registers (0: unknown, one task per split with data).
+    default_parallelism: int = 0
+
+    @classmethod
+    def name(cls) -> str:
+        return "multikafka"
+
+    def schema(self) -> str:
+        """The declared schema: Spark's Kafka source plus ``cluster``, with
+        ``key``/``value`` decoded as the options say (and their
+        ``_corrupt_*`` columns)."""
+        opts = {k.lower(): str(v) for k, v in self.options.items()}
+        headers = opts.get("includeheaders", "false").strip().lower() == "true"
+        return decoding_of(opts).spark_ddl(include_headers=headers)
+
+    def reader(self, schema: StructType) -> MultiKafkaBatchReader:
+        return MultiKafkaBatchReader(self._parse(streaming=False))
+
+    def streamReader(self, schema: StructType) -> MultiKafkaStreamReader:
+        return MultiKafkaStreamReader(self._parse(streaming=True))
+
+    def _parse(self, *, streaming: bool) -> SourceOptions:
+        return SourceOptions.parse(
+            self.options, streaming=streaming, parallelism=self.default_parallelism
+        )
+
+
+def register(spark: SparkSession) -> type[MultiKafkaDataSource]:
+    """Register the ``multikafka`` format with ``spark``, knowing how many
+    tasks the session runs at once (``spark.default.parallelism``). Spark
+    pickles the registered class by value, so the number reaches the Python
+    workers that plan micro-batches. Returns the class registered."""
+    source = type(
+        "MultiKafkaDataSource",
+        (MultiKafkaDataSource,),
+        {
+            "default_parallelism": int(spark.sparkContext.defaultParallelism),
+            "__module__": __name__,
+            "__doc__": MultiKafkaDataSource.__doc__,
+        },
+    )
+    spark.dataSource.register(source)
+    return source

@@ -1,0 +1,242 @@
+"""Records the demo produces on the local clusters: topics, sequence-numbered
+records, fences, and :class:`Feed`, which produces them over time and follows
+producers from one cluster to another as the demo fails over and back.
+
+Records are keyed ``"<label>:<seq>"`` so a reader can check that every
+sequence number arrived exactly once. Volume is produced in batches; each
+partition then gets one single-record *fence* (key ``__fence__``), which makes
+tansu's high watermark right for everything before it (see ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from multikafka.core.kafka_log import ClientLog
+from multikafka.core.retry import poll
+
+FENCE_KEY = b"__fence__"
+
+
+def _log(bootstrap: str) -> ClientLog:
+    """librdkafka's lines of a dev-stack client (a cluster the demo killed
+    on purpose is no news: "cannot connect" at INFO)."""
+    return ClientLog("devstack", bootstrap, unreachable_level=logging.INFO)
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0) -> None:
+    """Create ``{topic: partitions}`` (topics that exist already are fine)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap}, logger=_log(bootstrap))
+    try:
+        futures = admin.create_topics(
+            [NewTopic(t, n, 1) for t, n in topics.items()], request_timeout=timeout_s
+        )
+        for topic, fut in futures.items():
+            try:
+                fut.result(timeout_s)
+            except KafkaException as exc:
+                text = str(exc)
+                if "already exists" not in text.lower() and "TOPIC_ALREADY_EXISTS" not in text:
+                    raise
+            _wait_topic(admin, topic, topics[topic], timeout_s)
+    finally:
+        admin.poll(0)  # its log lines (nothing else serves an AdminClient's queue)
+
+
+def _wait_topic(admin: AdminClient, topic: str, partitions: int, timeout_s: float) -> None:
+    def there() -> bool:
+        meta = admin.list_topics(timeout=timeout_s).topics.get(topic)
+        return meta is not None and meta.error is None and len(meta.partitions) >= partitions
+
+    poll(there, timeout_s=timeout_s, what=f"topic {topic} with {partitions} partitions")
+
+
+class SequenceProducer:
+    """Produces ``"<label>:<seq>"`` records round-robin over partitions."""
+
+    def __init__(self, bootstrap: str, *, batched: bool = True, value_size: int = 64) -> None:
+        config: dict[str, str | int] = {"bootstrap.servers": bootstrap, "linger.ms": 5}
+        if batched:
+            config.update({"batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000})
+        else:
+            config["batch.num.messages"] = 1
+        self._producer = Producer(config, logger=_log(bootstrap))
+        self._pad = b"x" * max(value_size - 16, 0)
+
+    def produce(
+        self,
+        topic: str,
+        partitions: int,
+        label: str,
+        seqs: Iterable[int],
+        *,
+        timestamp_ms: int | None = None,
+        headers: bool = False,
+    ) -> int:
+        n = 0
+        for seq in seqs:
+            key = f"{label}:{seq}".encode()
+            kwargs: dict[str, object] = {"partition": seq % partitions}
+            if timestamp_ms is not None:
+                kwargs["timestamp"] = timestamp_ms
+            if headers:
+                kwargs["headers"] = [("seq", str(seq).encode())]
+            while True:
+                try:
+                    self._producer.produce(topic, key=key, value=b"%d|" % seq + self._pad, **kwargs)  # type: ignore[arg-type]
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+            n += 1
+        self._producer.poll(0)
+        return n
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        left = self._producer.flush(timeout_s)
+        if left:
+            raise TimeoutError(f"{left} records not delivered in {timeout_s}s")
+
+    def close(self) -> None:
+        """Stop the client (it would otherwise reconnect, and log, until
+        garbage-collected)."""
+        self._producer.close()
+
+
+def fence(bootstrap: str, topic: str, partitions: int) -> None:
+    """One single-record batch per partition (makes tansu's watermarks exact)."""
+    producer = SequenceProducer(bootstrap, batched=False)
+    try:
+        for p in range(partitions):
+            producer._producer.produce(topic, key=FENCE_KEY, value=b"", partition=p)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+class Feed(threading.Thread):
+    """Produces ``label:seq`` records in chunks with pauses until stopped or
+    ``limit`` is reached. Each chunk goes to every current target cluster with
+    the same record timestamp, which is what a timestamp-preserving mirror
+    does; :meth:`route` moves producers (and mirrors) between clusters.
+
+    ``sent`` lists ``(seq, timestamp_ms)`` of every record produced.
+    """
+
+    def __init__(
+        self,
+        targets: list[str],
+        topic: str,
+        partitions: int,
+        label: str,
+        *,
+        chunk: int = 50,
+        pause_s: float = 0.05,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(name=f"feed-{label}", daemon=True)
+        self.topic = topic
+        self.partitions = partitions
+        self.label = label
+        self.chunk = chunk
+        self.pause_s = pause_s
+        self.limit = limit
+        self.sent: list[tuple[int, int]] = []
+        self.error: BaseException | None = None
+        self._producers: dict[str, SequenceProducer] = {}
+        self._targets = list(targets)
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._fenced = False
+
+    def route(self, targets: list[str]) -> int:
+        """From the next chunk on, produce to ``targets`` only. Returns the
+        first sequence number that goes to the new targets."""
+        with self._lock:
+            self._targets = list(targets)
+            for gone in set(self._producers) - set(targets):
+                # Nothing is pending (every chunk is flushed): dropping the
+                # producer stops it from reconnecting to a dead cluster.
+                del self._producers[gone]
+            return len(self.sent)
+
+    def margin_window(
+        self, read_from_primary: Iterable[int], cut: int, margin_ms: int, slack_ms: int = 1000
+    ) -> set[int]:
+        """Sequence numbers a timestamp failover may read twice: those sent
+        within ``margin_ms`` before the last record read from the primary
+        among those sent before ``cut`` (see :meth:`route`), plus ``slack_ms``
+        because tansu looks times up by append time, not create time."""
+        sent = dict(self.sent)
+        before = [sent[s] for s in read_from_primary if s < cut]
+        if not before:
+            return set()
+        last = max(before)
+        return {s for s, ts in self.sent if last - margin_ms - slack_ms <= ts <= last}
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """Stop producing, fence the current targets; returns records sent."""
+        self._stop_event.set()
+        self.join(timeout_s)
+        if self.error is not None:
+            raise RuntimeError("feed failed") from self.error
+        self._fence()
+        with self._lock:
+            for producer in self._producers.values():
+                producer.close()
+            self._producers.clear()
+        return len(self.sent)
+
+    def _fence(self) -> None:
+        with self._lock:
+            if not self._fenced:
+                for bootstrap in self._targets:
+                    fence(bootstrap, self.topic, self.partitions)
+                self._fenced = True
+
+    def run(self) -> None:
+        seq = 0
+        try:
+            while not self._stop_event.is_set() and (self.limit is None or seq < self.limit):
+                n = self.chunk if self.limit is None else min(self.chunk, self.limit - seq)
+                ts = int(time.time() * 1000)
+                seqs = range(seq, seq + n)
+                with self._lock:  # a route change waits for the chunk in flight
+                    for bootstrap in self._targets:
+                        producer = self._producers.get(bootstrap)
+                        if producer is None:
+                            producer = self._producers[bootstrap] = SequenceProducer(bootstrap)
+                        producer.produce(
+                            self.topic, self.partitions, self.label, seqs, timestamp_ms=ts
+                        )
+                        producer.flush()
+                    self.sent.extend((s, ts) for s in seqs)
+                seq += n
+                self._stop_event.wait(self.pause_s)
+            if self.limit is not None and seq >= self.limit:
+                self._fence()  # all produced: make the end readable at once
+        except BaseException as exc:
+            self.error = exc
+
+
+def sequence_report(
+    keys: Iterable[str], expected: Mapping[str, int]
+) -> tuple[list[str], dict[str, int]]:
+    """Missing keys and duplicated keys (key -> count) among ``keys`` for
+    ``expected`` labels with sequence numbers 0..n-1. Fence keys are ignored."""
+    fence_key = FENCE_KEY.decode()
+    counts = Counter(k for k in keys if not k.startswith(fence_key))
+    missing = [
+        f"{label}:{s}"
+        for label, n in expected.items()
+        for s in range(n)
+        if f"{label}:{s}" not in counts
+    ]
+    duplicated = {k: c for k, c in counts.items() if c > 1}
+    return missing, duplicated

@@ -1,0 +1,41 @@
+"""A local SparkSession with the multikafka source registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import multikafka.spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession:
+    """``local[cores]`` Spark whose Python workers run this interpreter.
+
+    Start it before any gRPC server or channel is active in this process:
+    launching the JVM forks, and gRPC's fork handlers break a fork taken while
+    its threads run (set ``GRPC_ENABLE_FORK_SUPPORT=0`` to be safe either way).
+    """
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    multikafka.spark.register(spark)
+    return spark

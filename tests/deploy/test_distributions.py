@@ -1,0 +1,163 @@
+"""Each deployable installs only what it runs (issue 15): ``make dist``'s
+wheels installed into fresh virtual environments, one per distribution.
+
+* ``multikafka-coordinator``: the service, with no pyarrow, PySpark or pandas,
+  and nothing compiled (its wheels are pure Python; no compiler is reachable
+  during the install); ``python -m multikafka.coordinator --help`` runs;
+* ``multikafka-spark``: the Spark source and the reader agent, with no etcd
+  client (aetcd) and no service libraries;
+* ``multikafka``: everything, with the ``multikafka`` command.
+
+Every wheel installs files under ``multikafka/`` only (one top-level import
+name), and no two wheels install the same file.
+
+The dependencies come from the package index, as a user's would; pip's cache
+makes a second run cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+#: Distributions the project releases, and their folders.
+FOLDERS = {
+    "multikafka_core": "core",
+    "multikafka_coordinator": "coordinator",
+    "multikafka_reader": "reader_agent",
+    "multikafka_spark": "spark_bridge",
+    "multikafka": ".",
+}
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make dist`` into a folder of this test session's."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        ["make", "-s", "-C", str(REPO), "dist", f"DIST={out}", f"PYTHON={sys.executable}"],
+        check=True,
+        timeout=600,
+    )
+    return out
+
+
+def _wheels(dist: Path) -> dict[str, Path]:
+    found = {w.name.split("-")[0]: w for w in dist.glob("*.whl")}
+    assert set(found) == set(FOLDERS), sorted(found)
+    return found
+
+
+class Env:
+    """A fresh virtual environment."""
+
+    def __init__(self, root: Path) -> None:
+        venv.create(root, with_pip=True)
+        self.bin = root / "bin"
+        self.python = str(self.bin / "python")
+
+    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **env},
+            check=False,
+        )
+
+    def install(self, dist: Path, name: str, **env: str) -> None:
+        got = self.run(self.python, "-m", "pip", "install", "--find-links", str(dist), name, **env)
+        assert got.returncode == 0, got.stderr[-3000:]
+
+    def distributions(self) -> set[str]:
+        got = self.run(self.python, "-m", "pip", "list", "--format=freeze")
+        assert got.returncode == 0, got.stderr
+        return {line.split("==")[0].lower().replace("_", "-") for line in got.stdout.split()}
+
+    def python_c(self, code: str) -> subprocess.CompletedProcess[str]:
+        return self.run(self.python, "-c", code)
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Env:
+    return Env(tmp_path / "venv")
+
+
+def test_every_wheel_installs_under_multikafka_only(dist: Path) -> None:
+    """One top-level import name (``multikafka``), no file in two wheels,
+    and only the reader's wheel holds compiled code."""
+    seen: dict[str, str] = {}
+    for name, wheel in _wheels(dist).items():
+        with zipfile.ZipFile(wheel) as z:
+            files = [f for f in z.namelist() if ".dist-info/" not in f]
+        tops = {f.split("/")[0] for f in files}
+        assert tops == {"multikafka"}, (name, tops)
+        for f in files:
+            assert f not in seen, f"{f} is in {name} and {seen.get(f)}"
+            seen[f] = name
+        pure = wheel.name.endswith("-py3-none-any.whl")
+        assert pure == (name != "multikafka_reader"), wheel.name
+    assert "multikafka/__init__.py" in seen
+    assert seen["multikafka/__init__.py"] == "multikafka_core"
+
+
+def test_the_coordinator_installs_without_the_read_path(dist: Path, fresh: Env) -> None:
+    # No C compiler reachable: the service must install without one.
+    fresh.install(dist, "multikafka-coordinator", CC="/bin/false", CXX="/bin/false")
+    installed = fresh.distributions()
+    assert {"multikafka-coordinator", "multikafka-core", "aetcd"} <= installed
+    for absent in ("pyarrow", "pyspark", "pandas", "multikafka-reader", "multikafka-spark"):
+        assert absent not in installed, absent
+    helped = fresh.run(fresh.python, "-m", "multikafka.coordinator", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "--etcd" in helped.stdout
+    assert fresh.run(str(fresh.bin / "multikafka-coordinator"), "--help").returncode == 0
+    # The service imports no read path, and the public names say where
+    # the standalone reader comes from.
+    probe = fresh.python_c(
+        "import sys, multikafka, multikafka.coordinator.runtime.server\n"
+        "assert 'pyarrow' not in sys.modules and 'confluent_kafka' in sys.modules\n"
+        "from multikafka import StreamSpec\n"
+        "try:\n"
+        "    from multikafka import Reader\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert "pip install multikafka-reader" in probe.stdout
+
+
+def test_the_spark_source_installs_without_etcd(dist: Path, fresh: Env) -> None:
+    fresh.install(dist, "multikafka-spark")
+    installed = fresh.distributions()
+    assert {"multikafka-spark", "multikafka-reader", "multikafka-core", "pyspark"} <= installed
+    for absent in ("aetcd", "multikafka-coordinator", "prometheus-client", "click"):
+        assert absent not in installed, absent
+    probe = fresh.python_c(
+        "import multikafka.spark, multikafka.reader_agent\n"
+        "from multikafka import Reader\n"
+        "print(multikafka.spark.MultiKafkaDataSource.name())"
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "multikafka"
+
+
+def test_the_umbrella_installs_everything_with_the_cli(dist: Path, fresh: Env) -> None:
+    fresh.install(dist, "multikafka")
+    installed = fresh.distributions()
+    names = {n.replace("_", "-") for n in FOLDERS}
+    assert names <= installed
+    helped = fresh.run(str(fresh.bin / "multikafka"), "--help")
+    assert helped.returncode == 0, helped.stderr
+    for command in ("coordinator", "admin", "dev", "demo"):
+        assert command in helped.stdout
