@@ -57,6 +57,7 @@ from multikafka.devstack.feed import create_topics
 from multikafka.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    common_pb2,
     planner_pb2,
     planner_pb2_grpc,
     reader_pb2,
@@ -480,6 +481,45 @@ def malformed_offsets(world: World, low: int = 0) -> st.SearchStrategy[dict[str,
 def valid_offsets(world: World, low: int = 0, high: int = 20) -> st.SearchStrategy[dict[str, int]]:
     """Offsets the split has (its 20 records): no data loss to report."""
     return st.one_of(st.just({}), st.builds(lambda o: {world.split: o}, st.integers(low, high)))
+
+
+def _split_parts(split: str) -> tuple[str, str, int]:
+    """A split id's (cluster, topic, partition) for the wire's columns, a
+    malformed id kept malformed: not three parts -> the whole text as the
+    cluster and no topic; a partition that is not one -> -1."""
+    parts = split.split("/")
+    if len(parts) != 3:
+        return split, "", 0
+    cluster, topic, p = parts
+    ok = PARTITION.fullmatch(p) is not None and int(p) < 2**31
+    return cluster, topic, int(p) if ok else -1
+
+
+def as_columns(offsets: dict[str, int]) -> planner_pb2.OffsetColumns:
+    """``offsets`` as OffsetColumns, one group per split (see :func:`_split_parts`)."""
+    msg = planner_pb2.OffsetColumns()
+    for split, offset in offsets.items():
+        cluster, topic, partition = _split_parts(split)
+        msg.clusters.append(cluster)
+        msg.topics.append(topic)
+        msg.counts.append(1)
+        msg.partitions.append(partition)
+        msg.offsets.append(offset)
+    return msg
+
+
+def as_range_columns(rows: list[tuple[str, int, int]]) -> common_pb2.RangeColumns:
+    """``(split, from, until)`` rows as RangeColumns, one group per row."""
+    msg = common_pb2.RangeColumns()
+    for i, (split, frm, until) in enumerate(rows):
+        cluster, topic, partition = _split_parts(split)
+        msg.clusters.append(cluster)
+        msg.topics.append(topic)
+        msg.groups.append(i)
+        msg.partitions.append(partition)
+        msg.from_offsets.append(frm)
+        msg.until_offsets.append(until)
+    return msg
 
 
 # -- strategies: stream documents ----------------------------------------------------------------
@@ -1096,7 +1136,7 @@ def planner_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
                     )
                 )
                 named[split] = draw(st.integers(-2, 10**6))
-            position.offsets.update(named)
+            position.offsets.CopyFrom(as_columns(named))
             position.fallback = draw(
                 st.sampled_from([POSITION.SPECIFIC])
                 | st.integers(-(2**31), -1)
@@ -1112,19 +1152,19 @@ def planner_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
         return method, planner_pb2.LatestOffsetsRequest(
             stream=stream,
             query_id=query_id,
-            start=offsets("start"),
+            start=as_columns(offsets("start")),
             max_records=draw(
                 st.integers(-(2**63), -1) if "max_records" in defects else st.integers(0, 10**6)
             ),
-            cap=draw(malformed_offsets(w) if "cap" in defects else st.just({})),
+            cap=as_columns(draw(malformed_offsets(w) if "cap" in defects else st.just({}))),
             fail_on_data_loss=draw(st.booleans()),
         )
     if method == "PlanPartitions":
         return method, planner_pb2.PlanPartitionsRequest(
             stream=stream,
             query_id=query_id,
-            start=offsets("start"),
-            end=offsets("end"),
+            start=as_columns(offsets("start")),
+            end=as_columns(offsets("end")),
             min_partitions=draw(
                 st.integers(-(2**31), -1) if "min_partitions" in defects else st.integers(0, 64)
             ),
@@ -1137,7 +1177,7 @@ def planner_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
     return method, planner_pb2.CommitRequest(
         stream=stream,
         query_id=query_id,
-        end=offsets("end"),
+        end=as_columns(offsets("end")),
         group_id=draw(LONG_ID)
         if "group_id" in defects
         else draw(st.sampled_from(["", "lag-tool"])),
@@ -1168,6 +1208,7 @@ def reader_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
                     "agent_id",
                     "mark-offset",
                     "range",
+                    "abandoned-shape",
                 ]
             ),
             min_size=1,
@@ -1181,8 +1222,7 @@ def reader_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
         for o, t in draw(st.lists(st.tuples(offsets, st.integers(0, 2**41)), max_size=3))
     ]
     abandoned = [
-        reader_pb2.AbandonedRange(split=w.split, from_offset=a, until_offset=a + n)
-        for a, n in draw(st.lists(st.tuples(offsets, offsets), max_size=2))
+        (w.split, a, a + n) for a, n in draw(st.lists(st.tuples(offsets, offsets), max_size=2))
     ]
     if "marks-split" in defects:
         marks.insert(
@@ -1192,7 +1232,7 @@ def reader_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
     if "abandoned-split" in defects:
         abandoned.insert(
             draw(st.integers(0, len(abandoned))),
-            reader_pb2.AbandonedRange(split=draw(MALFORMED_SPLIT), from_offset=0, until_offset=1),
+            (draw(MALFORMED_SPLIT), 0, 1),
         )
     if "mark-offset" in defects:
         marks.insert(
@@ -1207,14 +1247,25 @@ def reader_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
             until = draw(st.integers(frm, INT64_MAX))
         abandoned.insert(
             draw(st.integers(0, len(abandoned))),
-            reader_pb2.AbandonedRange(split=w.split, from_offset=frm, until_offset=until),
+            (w.split, frm, until),
         )
+    columns = as_range_columns(abandoned)
+    if "abandoned-shape" in defects:  # a group that is not there, or columns of other lengths
+        if draw(st.booleans()):
+            columns.groups.append(draw(st.integers(len(columns.clusters), 2**32 - 1)))
+            columns.partitions.append(0)
+            columns.from_offsets.append(0)
+            columns.until_offsets.append(1)
+        else:
+            draw(
+                st.sampled_from([columns.partitions, columns.until_offsets, columns.groups])
+            ).append(0)
     return method, reader_pb2.ReportReadsRequest(
         agent_id=draw(LONG_ID) if "agent_id" in defects else "agent-fuzz",
         stream=draw(bad_or_unknown(w.stream)) if "stream" in defects else w.stream,
         query_id=draw(LONG_ID) if "query_id" in defects else "q-fuzz",
         marks=marks,
-        abandoned=abandoned,
+        abandoned=columns,
     )
 
 
@@ -1508,7 +1559,9 @@ def test_non_ascii_echo_stays_within_grpc_metadata_limit(
     16 KiB)."""
     emoji = "\U0001f600" * 3000
     if method == "ResolveOffsets":
-        position = POSITION(kind=POSITION.SPECIFIC, offsets={f"{emoji}/{world.topic}/0": 1})
+        position = POSITION(
+            kind=POSITION.SPECIFIC, offsets=as_columns({f"{emoji}/{world.topic}/0": 1})
+        )
         request: Message = planner_pb2.ResolveOffsetsRequest(stream=world.stream, position=position)
         call = planner_pb2_grpc.PlannerStub(channel).ResolveOffsets
     else:
@@ -1567,10 +1620,7 @@ def test_report_reads_refused_for_a_malformed_split_stores_nothing(
             agent_id="agent",
             stream=world.stream,
             query_id=query,
-            abandoned=[
-                reader_pb2.AbandonedRange(split=good, from_offset=0, until_offset=5),
-                reader_pb2.AbandonedRange(split=bad, from_offset=0, until_offset=5),
-            ],
+            abandoned=as_range_columns([(good, 0, 5), (bad, 0, 5)]),
         )
     code, details = _code(
         lambda: reader_pb2_grpc.ReaderStub(channel).ReportReads(request, timeout=30)

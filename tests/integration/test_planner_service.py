@@ -12,6 +12,7 @@ from multikafka import DataLossError, PreconditionError, ValidationError
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.offsets import NO_SPLITS
 from multikafka.core.planner_client import PlannerClient
+from multikafka.core.positions import specific as specific_position
 from multikafka.core.transport import ConnectConfig
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import SequenceProducer, create_topics, fence
@@ -52,11 +53,7 @@ def test_resolve_positions(
     assert latest == {f"a/{topic}/0": 6, f"a/{topic}/1": 6, f"b/{topic}/0": 5}
     specific, _ = planner.resolve(
         name,
-        Position(
-            kind=Position.SPECIFIC,
-            offsets={f"a/{topic}/0": 3, f"a/{topic}/1": -1},
-            fallback=Position.EARLIEST,
-        ),
+        specific_position({f"a/{topic}/0": 3, f"a/{topic}/1": -1}, fallback=Position.EARLIEST),
     )
     assert specific == {f"a/{topic}/0": 3, f"a/{topic}/1": 6, f"b/{topic}/0": 0}
     future, _ = planner.resolve(
@@ -78,9 +75,9 @@ def test_specific_offsets_for_unknown_cluster_or_topic(
     name = uid("s")
     admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
     with pytest.raises(ValidationError, match="no cluster 'zz'"):
-        planner.resolve(name, Position(kind=Position.SPECIFIC, offsets={f"zz/{topic}/0": 1}))
+        planner.resolve(name, specific_position({f"zz/{topic}/0": 1}))
     with pytest.raises(ValidationError, match="no topic 'nope'"):
-        planner.resolve(name, Position(kind=Position.SPECIFIC, offsets={"a/nope/0": 1}))
+        planner.resolve(name, specific_position({"a/nope/0": 1}))
 
 
 def test_stream_without_partitions_has_placeholder_vector(
@@ -135,18 +132,14 @@ def test_plan_is_balanced_and_carries_connections(
     end = {f"a/{topic}/0": 900, f"a/{topic}/1": 100, f"a/{topic}/2": 50, f"b/{topic}/0": 2000}
     try:
         plan = planner.plan(name, "q", start, end, min_partitions=4, max_records_per_partition=1000)
-        loads = [
-            (r.cluster, r.partition, r.until_offset - r.from_offset)
-            for t in plan.tasks
-            for r in t.ranges
-        ]
+        loads = [(r.cluster, r.partition, r.size) for t in plan.tasks for r in t]
         # One task per split, the one above 1000 records cut in two equal pieces.
         assert loads == [("a", 0, 900), ("a", 1, 100), ("a", 2, 50), ("b", 0, 1000), ("b", 0, 1000)]
         # Fewer splits than Spark's parallelism: the largest ranges are cut further.
         wide = planner.plan(name, "q", start, end, parallelism=8)
         assert len(wide.tasks) == 8
-        assert sum(r.until_offset - r.from_offset for t in wide.tasks for r in t.ranges) == 3050
-        conns = {c.cluster: c for c in plan.clusters}
+        assert sum(r.size for t in wide.tasks for r in t) == 3050
+        conns = plan.clusters
         # executors need the real value; only an authenticated reader gets it
         assert conns["a"].properties["sasl.password"] == "pw"
         assert conns["a"].fingerprint
@@ -282,40 +275,40 @@ def test_producer_helper_fences_make_watermarks_exact(kafka: KafkaClusters) -> N
     assert highs == [2501, 2501]
 
 
-def test_clients_before_the_columns_are_answered_in_maps(
+def test_the_planner_speaks_columns_on_the_wire(
     admin: AdminClient, kafka: KafkaClusters, coordinator: CoordinatorThread
 ) -> None:
-    """A driver of an earlier version sends and expects the map form; the
-    service answers it in kind (rolling upgrades)."""
+    """The Planner's messages as any gRPC client sends them (no
+    PlannerClient): offset vectors in OffsetColumns, a plan's tasks in
+    RangeColumns, one form each."""
     import grpc
 
+    from multikafka.core import offsets as ov
+    from multikafka.core import ranges
     from multikafka.v1 import planner_pb2_grpc
 
     (a,) = kafka.shared(1)
-    name, topic = seeded_stream(admin, a.bootstrap, "old", records=9)
+    name, topic = seeded_stream(admin, a.bootstrap, "wire", records=9)
     with grpc.insecure_channel(coordinator.address) as channel:
         stub = planner_pb2_grpc.PlannerStub(channel)
         resolved = stub.ResolveOffsets(
             planner_pb2.ResolveOffsetsRequest(stream=name, position=EARLIEST), timeout=10
         )
-        assert dict(resolved.offsets) == {f"a/{topic}/0": 0}
-        assert not resolved.HasField("offsets_columns")
+        assert dict(ov.from_columns(resolved.offsets)) == {f"a/{topic}/0": 0}
         latest = stub.LatestOffsets(
-            planner_pb2.LatestOffsetsRequest(stream=name, query_id="old", start=resolved.offsets),
+            planner_pb2.LatestOffsetsRequest(stream=name, query_id="wire", start=resolved.offsets),
             timeout=10,
         )
-        assert dict(latest.end) == {f"a/{topic}/0": 10}
+        assert dict(ov.from_columns(latest.end)) == {f"a/{topic}/0": 10}
+        assert dict(ov.from_columns(latest.available)) == {f"a/{topic}/0": 10}
         plan = stub.PlanPartitions(
             planner_pb2.PlanPartitionsRequest(
-                stream=name, query_id="old", start=resolved.offsets, end=latest.end
+                stream=name, query_id="wire", start=resolved.offsets, end=latest.end
             ),
             timeout=10,
         )
-        assert [(r.topic, r.from_offset, r.until_offset) for t in plan.tasks for r in t.ranges] == [
-            (topic, 0, 10)
-        ]
-        assert not plan.HasField("task_columns")
+        assert ranges.tasks_of(plan.tasks) == [(ranges.SplitRange("a", topic, 0, 0, 10),)]
         stub.Commit(
-            planner_pb2.CommitRequest(stream=name, query_id="old", end=latest.end), timeout=10
+            planner_pb2.CommitRequest(stream=name, query_id="wire", end=latest.end), timeout=10
         )
-    assert {q.query_id: dict(q.offsets) for q in admin.queries()}["old"] == {f"a/{topic}/0": 10}
+    assert {q.query_id: dict(q.offsets) for q in admin.queries()}["wire"] == {f"a/{topic}/0": 10}

@@ -13,15 +13,19 @@ from confluent_kafka import TopicPartition
 
 from multikafka.core._secrets import Properties
 from multikafka.core.model import Connection
+from multikafka.core.ranges import SplitRange
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
-from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome, TopicPartitionRange
+from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, uid
 
 pytestmark = pytest.mark.integration
 
-R = TopicPartitionRange
+
+def R(topic: str, partition: int, start: int, until: int) -> SplitRange:
+    """A range of cluster ``a``, the one the reader reads."""
+    return SplitRange("a", topic, partition, start, until)
 
 
 def _reader(bootstrap: str, **kw: int) -> KafkaRangeReader:
@@ -34,7 +38,7 @@ def _reader(bootstrap: str, **kw: int) -> KafkaRangeReader:
 
 
 def _read(
-    reader: KafkaRangeReader, ranges: list[TopicPartitionRange], *, within_s: float = 30.0
+    reader: KafkaRangeReader, ranges: list[SplitRange], *, within_s: float = 30.0
 ) -> tuple[list[tuple[int, int]], ReadOutcome]:
     """(partition, offset) of every record read, sorted; ranges not read
     within ``within_s`` are abandoned (the outcome says so)."""
@@ -52,7 +56,7 @@ def _read(
     return sorted(rows), outcome
 
 
-def _expected(ranges: list[TopicPartitionRange]) -> list[tuple[int, int]]:
+def _expected(ranges: list[SplitRange]) -> list[tuple[int, int]]:
     return sorted((r.partition, o) for r in ranges for o in range(r.start, r.until))
 
 

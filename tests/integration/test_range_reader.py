@@ -14,10 +14,11 @@ from multikafka import DataLossError
 from multikafka.core import env
 from multikafka.core._secrets import Properties
 from multikafka.core.model import Connection
+from multikafka.core.ranges import SplitRange
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
 from multikafka.reader_agent import arrow
-from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome, TopicPartitionRange
+from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, uid
 
@@ -44,7 +45,7 @@ def reader(kafka: KafkaClusters) -> Iterator[KafkaRangeReader]:
 
 
 def _read(
-    reader: KafkaRangeReader, ranges: list[TopicPartitionRange], **kw: bool
+    reader: KafkaRangeReader, ranges: list[SplitRange], **kw: bool
 ) -> tuple[list[tuple[int, int, str]], ReadOutcome]:
     outcome = ReadOutcome()
     rows: list[tuple[int, int, str]] = []
@@ -69,7 +70,7 @@ def test_exact_ranges_read_the_same_twice(kafka: KafkaClusters, reader: KafkaRan
     topic = uid("exact")
     create_topics(a.bootstrap, {topic: 2})
     produce_sequence(a.bootstrap, topic, 2, "k", range(2000))
-    ranges = [TopicPartitionRange(topic, 0, 10, 510), TopicPartitionRange(topic, 1, 990, 1001)]
+    ranges = [SplitRange("a", topic, 0, 10, 510), SplitRange("a", topic, 1, 990, 1001)]
     first, outcome = _read(reader, ranges)
     assert sorted((p, o) for p, o, _ in first) == [(0, o) for o in range(10, 510)] + [
         (1, o) for o in range(990, 1001)
@@ -90,10 +91,8 @@ def test_range_past_the_end_is_data_loss(kafka: KafkaClusters, reader: KafkaRang
     create_topics(a.bootstrap, {topic: 1})
     produce_sequence(a.bootstrap, topic, 1, "k", range(5))
     with pytest.raises(DataLossError, match="now ends at 6"):
-        _read(reader, [TopicPartitionRange(topic, 0, 100, 120)])
-    rows, outcome = _read(
-        reader, [TopicPartitionRange(topic, 0, 100, 120)], fail_on_data_loss=False
-    )
+        _read(reader, [SplitRange("a", topic, 0, 100, 120)])
+    rows, outcome = _read(reader, [SplitRange("a", topic, 0, 100, 120)], fail_on_data_loss=False)
     assert rows == []
     assert outcome.lost == 20
 

@@ -14,9 +14,10 @@ from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import LOGGER_NAME
 from multikafka.core.model import Connection, Properties
+from multikafka.core.ranges import SplitRange
 from multikafka.devstack import free_port
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome, TopicPartitionRange
+from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -92,7 +93,7 @@ def test_reader_and_dev_stack_clients_log_unreachable_at_info(
     try:
         got = list(
             reader.read(
-                [TopicPartitionRange("orders", 0, 0, 10)],
+                [SplitRange("gone", "orders", 0, 0, 10)],
                 outcome,
                 include_headers=False,
                 fail_on_data_loss=True,

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from multikafka import PreconditionError, Reader, ValidationError
+from multikafka.core import offsets as ov
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
@@ -64,9 +65,17 @@ def two_clusters(admin: AdminClient, kafka: KafkaClusters) -> tuple[str, str, in
 
 
 def by_time(
-    times: dict[str, int], *, kind: int = Position.EARLIEST, no_match: int = 0, **kw: object
+    times: dict[str, int],
+    *,
+    kind: int = Position.EARLIEST,
+    no_match: int = 0,
+    offsets: dict[str, int] | None = None,
+    **kw: object,
 ) -> planner_pb2.Position:
-    return Position(kind=kind, split_timestamps=times, no_match=no_match, **kw)  # type: ignore[arg-type]
+    """A position with split times ``times``; ``offsets`` the SPECIFIC ones."""
+    if offsets is not None:
+        kw["offsets"] = ov.to_columns(offsets)
+    return Position(kind=kind, split_timestamps=ov.to_columns(times), no_match=no_match, **kw)  # type: ignore[arg-type]
 
 
 def test_each_named_split_starts_at_its_own_time(
@@ -126,7 +135,7 @@ def test_bad_named_splits_are_invalid_arguments(
     ]
     for times, extra, says in cases:
         with pytest.raises(ValidationError) as info:
-            planner.resolve(name, Position(split_timestamps=times, **extra))  # type: ignore[arg-type]
+            planner.resolve(name, by_time(times, kind=0, **extra))  # type: ignore[arg-type]
         text = str(info.value)  # INVALID_ARGUMENT naming the field and the split
         assert "position.split_timestamps." in text, text
         assert says in text

@@ -179,11 +179,10 @@ def test_available_now_skips_the_minimum() -> None:
 
 
 def test_report_latest_offset_is_what_is_available_without_the_limit() -> None:
-    planner = FakePlanner((v(p0=5), v(p0=40)), (v(p0=7), None))
+    planner = FakePlanner((v(p0=5), v(p0=40)), (v(p0=10), v(p0=41)))
     reader = stream_reader(planner, Clock(), maxOffsetsPerTrigger="5")
     assert reader.reportLatestOffset() is None  # nothing asked yet
     reader.latestOffset(ov.to_document(v(p0=0)), reader.getDefaultReadLimit())
     assert reader.reportLatestOffset() == ov.to_document(v(p0=40))
-    # a coordinator from before `available` was sent: the end is all we know
     reader.latestOffset(ov.to_document(v(p0=5)), reader.getDefaultReadLimit())
-    assert reader.reportLatestOffset() == ov.to_document(v(p0=7))
+    assert reader.reportLatestOffset() == ov.to_document(v(p0=41))

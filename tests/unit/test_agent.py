@@ -12,6 +12,7 @@ import pytest
 
 from multikafka.core._secrets import Properties
 from multikafka.core.model import Connection
+from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent.agent import ReaderAgent
 from multikafka.reader_agent.arrow import (
     HEADERS_TYPE,
@@ -20,8 +21,8 @@ from multikafka.reader_agent.arrow import (
     TIMESTAMP_TYPE,
     Columns,
 )
-from multikafka.reader_agent.range_reader import ReadOutcome, TopicPartitionRange
-from multikafka.reader_agent.task import RangeSpec, ReadTask
+from multikafka.reader_agent.range_reader import ReadOutcome
+from multikafka.reader_agent.task import ReadTask
 from multikafka.v1 import reader_pb2
 from tests.helpers import eventually
 
@@ -33,7 +34,7 @@ class FakeReader:
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
-        self.calls: list[list[TopicPartitionRange]] = []
+        self.calls: list[list[SplitRange]] = []
         self.closes = 0
         self.closed_event = threading.Event()
         #: should_abandon() as seen after each yielded batch.
@@ -41,7 +42,7 @@ class FakeReader:
 
     def read(
         self,
-        ranges: Sequence[TopicPartitionRange],
+        ranges: Sequence[SplitRange],
         outcome: ReadOutcome,
         *,
         include_headers: bool,
@@ -96,12 +97,14 @@ def conn(cluster: str, bootstrap: str = "127.0.0.1:9", **props: str) -> Connecti
 CONNS = {c: conn(c) for c in ("a", "b")}
 
 
-def rng(cluster: str, start: int, until: int, *, topic: str = "t", partition: int = 0) -> RangeSpec:
-    return RangeSpec(cluster, topic, partition, start, until)
+def rng(
+    cluster: str, start: int, until: int, *, topic: str = "t", partition: int = 0
+) -> SplitRange:
+    return SplitRange(cluster, topic, partition, start, until)
 
 
 def task(
-    *ranges: RangeSpec,
+    *ranges: SplitRange,
     clusters: dict[str, Connection] | None = None,
     include_headers: bool = False,
 ) -> ReadTask:
@@ -220,8 +223,8 @@ def test_two_ranges_of_one_split_are_both_read(agent: ReaderAgent, factory: Fake
     for call in calls:
         keys = [(r.topic, r.partition) for r in call]
         assert len(keys) == len(set(keys))
-    assert calls[0] == [TopicPartitionRange("t", 0, 0, 5), TopicPartitionRange("t", 1, 0, 2)]
-    assert calls[1] == [TopicPartitionRange("t", 0, 5, 10)]
+    assert calls[0] == [SplitRange("a", "t", 0, 0, 5), SplitRange("a", "t", 1, 0, 2)]
+    assert calls[1] == [SplitRange("a", "t", 0, 5, 10)]
 
 
 def test_stats_count_records_and_splits(agent: ReaderAgent) -> None:
@@ -390,7 +393,7 @@ def test_task_after_deferred_close_gets_a_new_reader(
     read_all(agent, task(rng("b", 10, 11)))
     assert len(factory.of("b")) == 2
     assert factory.of("b")[0].closes == 0
-    assert factory.of("b")[1].calls == [[TopicPartitionRange("t", 0, 10, 11)]]
+    assert factory.of("b")[1].calls == [[SplitRange("b", "t", 0, 10, 11)]]
     list(it)
     assert factory.of("b")[0].closes == 1
     assert factory.of("b")[1].closes == 0
@@ -523,7 +526,7 @@ class GatedReader(FakeReader):
 
     def read(
         self,
-        ranges: Sequence[TopicPartitionRange],
+        ranges: Sequence[SplitRange],
         outcome: ReadOutcome,
         *,
         include_headers: bool,

@@ -11,11 +11,12 @@ import pytest
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import MalformedRecordError
 from multikafka.core.model import Connection
+from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent.agent import ReaderAgent
 from multikafka.reader_agent.arrow import TIMESTAMP_TYPE, Columns
 from multikafka.reader_agent.payloads import PayloadDecoding
-from multikafka.reader_agent.range_reader import ReadOutcome, TopicPartitionRange
-from multikafka.reader_agent.task import RangeSpec, ReadTask
+from multikafka.reader_agent.range_reader import ReadOutcome
+from multikafka.reader_agent.task import ReadTask
 
 
 class PayloadReader:
@@ -27,7 +28,7 @@ class PayloadReader:
 
     def read(
         self,
-        ranges: Sequence[TopicPartitionRange],
+        ranges: Sequence[SplitRange],
         outcome: ReadOutcome,
         *,
         include_headers: bool,
@@ -69,7 +70,7 @@ def task(mode: str) -> ReadTask:
         stream="orders",
         query_id="q",
         generation=1,
-        ranges=(RangeSpec("east", "t", 0, 0, len(PAYLOADS)),),
+        ranges=(SplitRange("east", "t", 0, 0, len(PAYLOADS)),),
         clusters={"east": Connection("east", "h:1", Properties({}))},
         decoding=PayloadDecoding.parse(value_format="json", value_schema="id long", mode=mode),
     )

@@ -15,34 +15,39 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multikafka.coordinator.planning.assignment import (
-    Range,
     cut_ranges,
     group,
     piece_counts,
     plan_tasks,
 )
+from multikafka.core.ranges import SplitRange
 
 
-def coverage(ranges: list[Range]) -> Counter[tuple[str, int]]:
+def R(cluster: str, start: int, until: int) -> SplitRange:
+    """The range ``[start, until)`` of partition 0 of topic ``t`` of ``cluster``."""
+    return SplitRange(cluster, "t", 0, start, until)
+
+
+def coverage(ranges: list[SplitRange]) -> Counter[tuple[str, int]]:
     """How many times each (split, offset) record is read."""
     return Counter((r.split, o) for r in ranges for o in range(r.start, r.until))
 
 
-def load(task: list[Range]) -> int:
+def load(task: list[SplitRange]) -> int:
     return sum(r.size for r in task)
 
 
-def random_ranges(rng: random.Random) -> list[Range]:
+def random_ranges(rng: random.Random) -> list[SplitRange]:
     """Disjoint ranges; some continue the previous range of the same split."""
-    out: list[Range] = []
+    out: list[SplitRange] = []
     for i in range(rng.randrange(0, 12)):
         size = rng.choice([0, 1, rng.randrange(1, 50), rng.randrange(1, 400)])
         if out and rng.random() < 0.3:
             prev = out[-1]
-            out.append(Range(prev.split, prev.until, prev.until + size))
+            out.append(prev._replace(start=prev.until, until=prev.until + size))
         else:
             start = rng.randrange(0, 1000)
-            out.append(Range(f"c{i % 3}/t/{i}", start, start + size))
+            out.append(SplitRange(f"c{i % 3}", "t", i, start, start + size))
     rng.shuffle(out)
     return out
 
@@ -62,55 +67,55 @@ def test_no_ranges_no_tasks() -> None:
 
 
 def test_empty_ranges_produce_no_tasks() -> None:
-    assert plan_tasks([Range("a", 5, 5), Range("b", 0, 0)], min_partitions=4) == []
+    assert plan_tasks([R("a", 5, 5), R("b", 0, 0)], min_partitions=4) == []
 
 
 def test_empty_ranges_are_dropped_from_tasks() -> None:
-    tasks = plan_tasks([Range("a", 5, 5), Range("b", 0, 3)])
-    assert tasks == [[Range("b", 0, 3)]]
+    tasks = plan_tasks([R("a", 5, 5), R("b", 0, 3)])
+    assert tasks == [[R("b", 0, 3)]]
 
 
 def test_single_range_single_task() -> None:
-    assert plan_tasks([Range("a", 0, 100)]) == [[Range("a", 0, 100)]]
+    assert plan_tasks([R("a", 0, 100)]) == [[R("a", 0, 100)]]
 
 
 def test_large_range_is_cut_to_max_records() -> None:
-    tasks = plan_tasks([Range("a", 0, 250)], max_records=100)
-    assert tasks == [[Range("a", 0, 84)], [Range("a", 84, 167)], [Range("a", 167, 250)]]
+    tasks = plan_tasks([R("a", 0, 250)], max_records=100)
+    assert tasks == [[R("a", 0, 84)], [R("a", 84, 167)], [R("a", 167, 250)]]
 
 
 def test_min_partitions_splits_one_range() -> None:
-    tasks = plan_tasks([Range("a", 0, 100)], min_partitions=4)
+    tasks = plan_tasks([R("a", 0, 100)], min_partitions=4)
     assert len(tasks) == 4
     assert [load(t) for t in tasks] == [25, 25, 25, 25]
 
 
 def test_parallelism_splits_one_range() -> None:
     """A small batch of one split uses every core Spark has."""
-    tasks = plan_tasks([Range("a", 0, 100_000)], parallelism=2)
-    assert tasks == [[Range("a", 0, 50_000)], [Range("a", 50_000, 100_000)]]
+    tasks = plan_tasks([R("a", 0, 100_000)], parallelism=2)
+    assert tasks == [[R("a", 0, 50_000)], [R("a", 50_000, 100_000)]]
 
 
 def test_the_larger_of_parallelism_and_min_partitions_counts() -> None:
-    assert len(plan_tasks([Range("a", 0, 100)], parallelism=3, min_partitions=5)) == 5
-    assert len(plan_tasks([Range("a", 0, 100)], parallelism=6, min_partitions=5)) == 6
+    assert len(plan_tasks([R("a", 0, 100)], parallelism=3, min_partitions=5)) == 5
+    assert len(plan_tasks([R("a", 0, 100)], parallelism=6, min_partitions=5)) == 6
 
 
 def test_min_partitions_above_record_count_gives_one_task_per_record() -> None:
-    tasks = plan_tasks([Range("a", 0, 3)], min_partitions=10)
-    assert tasks == [[Range("a", 0, 1)], [Range("a", 1, 2)], [Range("a", 2, 3)]]
+    tasks = plan_tasks([R("a", 0, 3)], min_partitions=10)
+    assert tasks == [[R("a", 0, 1)], [R("a", 1, 2)], [R("a", 2, 3)]]
 
 
 def test_one_task_per_split_with_data() -> None:
     """Without Spark's parallelism, like Spark's Kafka source: small ranges
     are not grouped, so a small micro-batch spreads over its splits."""
-    ranges = [Range(f"c/t/{i}", 0, 10) for i in range(10)]
+    ranges = [SplitRange("c", "t", i, 0, 10) for i in range(10)]
     tasks = plan_tasks(ranges, max_records=1000)
     assert tasks == [[r] for r in sorted(ranges)]
 
 
 def test_parallelism_below_the_split_count_cuts_nothing() -> None:
-    ranges = [Range(f"c/t/{i}", 0, 10 * (i + 1)) for i in range(8)]
+    ranges = [SplitRange("c", "t", i, 0, 10 * (i + 1)) for i in range(8)]
     tasks = plan_tasks(ranges, parallelism=4)
     assert [r for t in tasks for r in t] == sorted(ranges)  # whole ranges, grouped
     assert len(tasks) == 4
@@ -118,47 +123,47 @@ def test_parallelism_below_the_split_count_cuts_nothing() -> None:
 
 def test_more_cuts_go_to_the_larger_ranges() -> None:
     """Proportional: a range 3 times larger gets 3 times the pieces."""
-    tasks = plan_tasks([Range("big", 0, 300), Range("small", 0, 100)], parallelism=4)
+    tasks = plan_tasks([R("big", 0, 300), R("small", 0, 100)], parallelism=4)
     assert [t[0] for t in tasks] == [
-        Range("big", 0, 100),
-        Range("big", 100, 200),
-        Range("big", 200, 300),
-        Range("small", 0, 100),
+        R("big", 0, 100),
+        R("big", 100, 200),
+        R("big", 200, 300),
+        R("small", 0, 100),
     ]
 
 
 def test_contiguous_pieces_of_one_split_are_merged() -> None:
     # Adjacent input ranges of the same split come out as one range.
-    tasks = plan_tasks([Range("a", 0, 10), Range("a", 10, 20), Range("a", 20, 25)])
-    assert tasks == [[Range("a", 0, 25)]]
+    tasks = plan_tasks([R("a", 0, 10), R("a", 10, 20), R("a", 20, 25)])
+    assert tasks == [[R("a", 0, 25)]]
 
 
 def test_non_contiguous_pieces_go_to_different_tasks() -> None:
     # A task never holds two pieces of one split (the agent reads one range
     # per partition at a time).
-    tasks = plan_tasks([Range("a", 0, 10), Range("a", 11, 20)])
-    assert tasks == [[Range("a", 0, 10)], [Range("a", 11, 20)]]
+    tasks = plan_tasks([R("a", 0, 10), R("a", 11, 20)])
+    assert tasks == [[R("a", 0, 10)], [R("a", 11, 20)]]
 
 
 def test_pieces_of_different_splits_are_different_tasks() -> None:
-    tasks = plan_tasks([Range("a", 0, 10), Range("b", 10, 20)])
-    assert tasks == [[Range("a", 0, 10)], [Range("b", 10, 20)]]
+    tasks = plan_tasks([R("a", 0, 10), R("b", 10, 20)])
+    assert tasks == [[R("a", 0, 10)], [R("b", 10, 20)]]
 
 
 def test_output_is_deterministic_and_order_independent() -> None:
-    ranges = [Range(f"c/t/{i}", i * 7, i * 7 + 13 * (i + 1)) for i in range(8)]
+    ranges = [SplitRange("c", "t", i, i * 7, i * 7 + 13 * (i + 1)) for i in range(8)]
     first = plan_tasks(ranges, min_partitions=12, max_records=40)
     assert plan_tasks(ranges, min_partitions=12, max_records=40) == first
     assert plan_tasks(list(reversed(ranges)), min_partitions=12, max_records=40) == first
 
 
 def test_accepts_any_iterable() -> None:
-    tasks = plan_tasks(r for r in [Range("a", 0, 4), Range("b", 0, 4)])
-    assert coverage([r for t in tasks for r in t]) == coverage([Range("a", 0, 4), Range("b", 0, 4)])
+    tasks = plan_tasks(r for r in [R("a", 0, 4), R("b", 0, 4)])
+    assert coverage([r for t in tasks for r in t]) == coverage([R("a", 0, 4), R("b", 0, 4)])
 
 
 def test_no_task_exceeds_max_records_example() -> None:
-    tasks = plan_tasks([Range("a", 0, 7), Range("b", 0, 17), Range("c", 0, 6)], max_records=10)
+    tasks = plan_tasks([R("a", 0, 7), R("b", 0, 17), R("c", 0, 6)], max_records=10)
     assert [load(t) for t in tasks] == [7, 9, 8, 6]
 
 
@@ -185,7 +190,7 @@ def test_more_splits_than_cores_share_tasks() -> None:
     """A small micro-batch over 8 splits on 2 cores: 2 tasks of 4 whole
     splits each (a task per split would queue behind the cores); without the
     parallelism, one task per split, as Spark's Kafka source plans."""
-    ranges = [Range(f"c/t/{i}", 100, 150) for i in range(8)]
+    ranges = [SplitRange("c", "t", i, 100, 150) for i in range(8)]
     two = plan_tasks(ranges, parallelism=2)
     assert [[r.split for r in t] for t in two] == [
         [f"c/t/{i}" for i in range(4)],
@@ -210,8 +215,8 @@ def test_grouping_keeps_tasks_under_max_records() -> None:
 
 
 def check_plan(
-    ranges: list[Range],
-    tasks: list[list[Range]],
+    ranges: list[SplitRange],
+    tasks: list[list[SplitRange]],
     target: int,
     max_records: int,
     *,

@@ -44,7 +44,6 @@ PUBLIC = {
         "SCHEMA_WITH_HEADERS",
         "SPARK_DDL",
         "SPARK_DDL_WITH_HEADERS",
-        "RangeSpec",
         "ReadTask",
         "ReaderAgent",
         "get_agent",

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from multikafka.coordinator.agents import reconcile
-from multikafka.coordinator.agents.reconcile import REMOVED, describe, desired_of
+from multikafka.coordinator.agents.reconcile import describe, desired_of
 from multikafka.coordinator.agents.registry import Mailbox
 from multikafka.coordinator.state.metadata import MetadataChange
 from multikafka.coordinator.state.stream_state import FailoverRecord, StreamStatus, StreamView
@@ -28,6 +28,7 @@ from multikafka.devstack.stack import stream_doc
 from multikafka.v1 import reader_pb2
 from tests.fakes import FakeMetadataClient, Parts
 
+REMOVED = "REMOVED"
 LATENCY_COUNT = "multikafka_reconcile_latency_seconds_count"
 
 

@@ -13,10 +13,12 @@ from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.kafka_config import client_config
 from multikafka.core.model import Connection
+from multikafka.core.positions import by_split
+from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent.agent import ReaderAgent
 from multikafka.reader_agent.overrides import Overrides, check_overrides, with_overrides
 from multikafka.reader_agent.range_reader import KafkaRangeReader
-from multikafka.reader_agent.task import RangeSpec, ReadTask
+from multikafka.reader_agent.task import ReadTask
 from multikafka.spark.options import KNOWN, SourceOptions
 from multikafka.v1 import reader_pb2
 from multikafka.v1.planner_pb2 import Position
@@ -97,7 +99,7 @@ def test_min_must_be_positive() -> None:
 )
 def test_split_times_in_either_form(times: str) -> None:
     o = parse(startingOffsetsByTimestamp=times)
-    assert dict(o.starting.split_timestamps) == {"east/orders/0": 1000, "east/orders/2": 2000}
+    assert by_split(o.starting.split_timestamps) == {"east/orders/0": 1000, "east/orders/2": 2000}
     assert o.starting.no_match == Position.NO_MATCH_ERROR
     assert o.starting.kind == Position.LATEST  # the others: startingOffsets (default latest)
 
@@ -108,8 +110,8 @@ def test_unnamed_splits_follow_starting_offsets_or_timestamp() -> None:
     o = parse(startingOffsetsByTimestamp='{"e/t/0": 5}', startingTimestamp="7")
     assert (o.starting.kind, o.starting.timestamp_ms) == (Position.TIMESTAMP, 7)
     o = parse(startingOffsetsByTimestamp='{"e/t/0": 5}', startingOffsets='{"e/t/1": 3}')
-    assert dict(o.starting.offsets) == {"e/t/1": 3}
-    assert dict(o.starting.split_timestamps) == {"e/t/0": 5}
+    assert by_split(o.starting.offsets) == {"e/t/1": 3}
+    assert by_split(o.starting.split_timestamps) == {"e/t/0": 5}
 
 
 def test_latest_strategy() -> None:
@@ -155,7 +157,7 @@ def test_ending_by_timestamp_is_batch_only_and_ends_at_latest_without_a_match() 
     err = refused(endingOffsetsByTimestamp='{"e/t/0": 5}')
     assert "only batch queries" in err.problem
     o = parse(streaming=False, endingOffsetsByTimestamp='{"e/t/0": 5}')
-    assert dict(o.ending.split_timestamps) == {"e/t/0": 5}
+    assert by_split(o.ending.split_timestamps) == {"e/t/0": 5}
     assert o.ending.no_match == Position.NO_MATCH_LATEST
     assert o.ending.kind == Position.LATEST
     assert (
@@ -265,7 +267,7 @@ def task(overrides: Overrides, conn: Connection) -> ReadTask:
         stream="orders",
         query_id="q",
         generation=1,
-        ranges=(RangeSpec("east", "t", 0, 0, 3),),
+        ranges=(SplitRange("east", "t", 0, 0, 3),),
         clusters={"east": conn},
         overrides=overrides,
     )
@@ -322,7 +324,7 @@ def test_standalone_reader_takes_the_same_settings() -> None:
         start = r._start
         assert isinstance(start, Position)
         assert start.kind == Position.EARLIEST
-        assert dict(start.split_timestamps) == {"east/t/0": 1000}
+        assert by_split(start.split_timestamps) == {"east/t/0": 1000}
         assert start.no_match == Position.NO_MATCH_LATEST
         assert r._gate is not None
         assert r._gate.min_records == 10

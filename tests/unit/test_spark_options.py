@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from multikafka.core.exceptions import ValidationError
+from multikafka.core.positions import by_split
 from multikafka.reader_agent.arrow import SPARK_DDL
 from multikafka.reader_agent.payloads import Mode, PayloadDecoding
 from multikafka.spark.options import KNOWN, SourceOptions
@@ -94,7 +95,7 @@ def test_named_starting_positions(value: str, kind: int) -> None:
 def test_json_starting_offsets() -> None:
     o = parse(startingOffsets='{"east/orders/0": 42, "west/orders/1": -2, "west/orders/2": -1}')
     assert o.starting.kind == Position.SPECIFIC
-    assert dict(o.starting.offsets) == {
+    assert by_split(o.starting.offsets) == {
         "east/orders/0": 42,
         "west/orders/1": -2,
         "west/orders/2": -1,
@@ -105,7 +106,7 @@ def test_json_starting_offsets() -> None:
 def test_json_ending_offsets_fall_back_to_latest() -> None:
     o = parse(streaming=False, endingOffsets='{"east/orders/0": 42}')
     assert o.ending.kind == Position.SPECIFIC
-    assert dict(o.ending.offsets) == {"east/orders/0": 42}
+    assert by_split(o.ending.offsets) == {"east/orders/0": 42}
     assert o.ending.fallback == Position.LATEST
 
 

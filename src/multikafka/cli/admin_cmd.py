@@ -22,7 +22,7 @@ from multikafka.core.exceptions import MultikafkaError
 from multikafka.core.model import DEFAULT_REMOVED_CLUSTER_RETENTION_MS
 from multikafka.core.transport import ConnectConfig
 from multikafka.core.validation import parse_duration_ms
-from multikafka.v1 import admin_pb2
+from multikafka.v1 import admin_pb2, common_pb2
 
 console = Console()
 
@@ -195,7 +195,7 @@ def _render_stream(info: admin_pb2.StreamInfo) -> None:
         bootstrap = doc["clusters"].get(c.cluster, {}).get("bootstrap_servers", "")
         table.add_row(
             f"{c.cluster} ({bootstrap})",
-            c.state,
+            common_pb2.ClusterState.Name(c.state),
             "yes" if c.reachable else "no",
             str(c.partitions),
             note,
@@ -236,7 +236,7 @@ def _render_streams(infos: list[admin_pb2.StreamInfo]) -> None:
             i.name,
             str(i.version),
             str(i.generation),
-            ", ".join(f"{c.cluster}:{c.state}" for c in i.clusters),
+            ", ".join(f"{c.cluster}:{common_pb2.ClusterState.Name(c.state)}" for c in i.clusters),
         )
     console.print(table)
 

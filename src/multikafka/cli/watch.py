@@ -27,7 +27,7 @@ from rich.text import Text
 
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import MultikafkaError
-from multikafka.v1 import admin_pb2
+from multikafka.v1 import admin_pb2, common_pb2
 
 #: History kinds that change which clusters are read.
 CHANGES = frozenset({"failover", "auto-failover", "drain", "drain-complete", "fail", "activate"})
@@ -222,7 +222,7 @@ def render(
         name = c.cluster + (f" ({bootstraps[c.cluster]})" if bootstraps.get(c.cluster) else "")
         table.add_row(
             name,
-            Text(c.state, style=_STATE_STYLE.get(c.state, "")),
+            Text(state := common_pb2.ClusterState.Name(c.state), style=_STATE_STYLE.get(state, "")),
             reachable,
             f"{c.partitions:,}",
             f"{c.records_read:,}",

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import shown
+from multikafka.v1 import common_pb2
 
 #: A partition number written the one way str(int) writes it.
 _PARTITION = re.compile(r"0|[1-9][0-9]*")
@@ -41,6 +42,16 @@ class ClusterState(str, enum.Enum):
     def readable(self) -> bool:
         """Whether splits of a cluster in this state are planned and read."""
         return self in (ClusterState.ACTIVE, ClusterState.DRAINING)
+
+    def to_proto(self) -> common_pb2.ClusterState.ValueType:
+        """The state on the wire (``multikafka.v1.ClusterState``, same names)."""
+        return common_pb2.ClusterState.Value(self.value)
+
+    @classmethod
+    def from_proto(cls, value: common_pb2.ClusterState.ValueType) -> ClusterState:
+        """The state a wire value names; ``ValueError`` for REMOVED (no state
+        of a cluster in a stream) and values this version does not know."""
+        return cls(common_pb2.ClusterState.Name(value))
 
 
 class StartKind(str, enum.Enum):

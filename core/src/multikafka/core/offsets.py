@@ -436,12 +436,12 @@ def parse(value: object, field: str = "offsets", *, allow_special: bool = False)
     offsets: list[I64] = []
     for cluster, topics in nested.items():
         where = f"{field}.{cluster}"
-        _name(cluster, "cluster", where)
+        check_name(cluster, "cluster", where)
         if not isinstance(topics, dict):
             raise ValidationError(where, 'must be an object like {"topic": [offset, ...]}')
         for topic, offs in topics.items():
             at = f"{where}.{topic}"
-            _name(topic, "topic", at)
+            check_name(topic, "topic", at)
             if isinstance(offs, list):
                 ps = np.arange(len(offs), dtype=np.int64)
                 values = offs
@@ -475,7 +475,9 @@ def parse_json(text: str, field: str = "offsets", *, allow_special: bool = False
     return parse(value, field, allow_special=allow_special)
 
 
-def _name(value: object, what: str, field: str) -> str:
+def check_name(value: object, what: str, field: str) -> str:
+    """``value`` as a cluster or topic name (``what``) of a split id: a
+    non-empty string without ``/``."""
     if not isinstance(value, str) or not value or "/" in value:
         raise ValidationError(field, f"{what} name {shown(value)} must be non-empty, without '/'")
     return value
@@ -569,8 +571,8 @@ def from_columns(
         raise ValidationError(field, "partitions and offsets must have the same length")
     groups = list(zip(msg.clusters, msg.topics, strict=True))
     for i, (cluster, topic) in enumerate(groups):
-        _name(cluster, "cluster", f"{field}.clusters[{i}]")
-        _name(topic, "topic", f"{field}.topics[{i}]")
+        check_name(cluster, "cluster", f"{field}.clusters[{i}]")
+        check_name(topic, "topic", f"{field}.topics[{i}]")
     counts = np.array(msg.counts, dtype=np.int64)
     if int(counts.sum()) != len(msg.partitions):
         raise ValidationError(field, "counts must add up to the number of partitions")

@@ -7,13 +7,15 @@ restarts, or a new leader takes over) are retried until a deadline.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from multikafka.core import offsets as ov
+from multikafka.core import ranges
+from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import UnavailableError
+from multikafka.core.model import Connection
 from multikafka.core.transport import ConnectConfig, Coordinators
 from multikafka.v1 import planner_pb2, planner_pb2_grpc
 
@@ -28,9 +30,19 @@ class LatestOffsets(NamedTuple):
 
     #: The end of the next micro-batch (within the read limit and cap).
     end: ov.SplitOffsets
-    #: The end without the read limit and cap: what is available now (None:
-    #: a coordinator from before it was sent).
-    available: ov.SplitOffsets | None
+    #: The end without the read limit and cap: what is available now.
+    available: ov.SplitOffsets
+
+
+class Plan(NamedTuple):
+    """What ``PlanPartitions`` answers: the tasks of a micro-batch."""
+
+    #: Each task's ranges.
+    tasks: ranges.Tasks
+    #: How to reach the clusters the tasks read (properties hold secrets).
+    clusters: dict[str, Connection]
+    #: The metadata generation the plan was made at.
+    generation: int
 
 
 class PlannerClient:
@@ -75,9 +87,9 @@ class PlannerClient:
         )
 
     def resolve(self, stream: str, position: planner_pb2.Position) -> tuple[ov.SplitOffsets, int]:
-        req = planner_pb2.ResolveOffsetsRequest(stream=stream, position=position, columnar=True)
+        req = planner_pb2.ResolveOffsetsRequest(stream=stream, position=position)
         resp = self._call("resolve offsets", lambda s: s.ResolveOffsets, req)
-        return _offsets(resp, "offsets"), resp.generation
+        return ov.from_columns(resp.offsets, "offsets"), resp.generation
 
     def latest(
         self,
@@ -115,19 +127,15 @@ class PlannerClient:
         req = planner_pb2.LatestOffsetsRequest(
             stream=stream,
             query_id=query_id,
-            start_columns=ov.to_columns(start),
+            start=ov.to_columns(start),
             max_records=max_records,
-            cap_columns=ov.to_columns(cap or {}),
+            cap=ov.to_columns(cap or {}),
             fail_on_data_loss=fail_on_data_loss,
         )
         resp = self._call("latest offsets", lambda s: s.LatestOffsets, req)
-        end = _offsets(resp, "end")
-        available = (
-            ov.from_columns(resp.available_columns, "available")
-            if resp.HasField("available_columns")
-            else None
+        return LatestOffsets(
+            ov.from_columns(resp.end, "end"), ov.from_columns(resp.available, "available")
         )
-        return LatestOffsets(end, available)
 
     def plan(
         self,
@@ -139,57 +147,32 @@ class PlannerClient:
         min_partitions: int = 0,
         max_records_per_partition: int = 0,
         parallelism: int = 0,
-    ) -> planner_pb2.PlanPartitionsResponse:
+    ) -> Plan:
         """The tasks of the batch ``[start, end)``. ``min_partitions`` and
         ``max_records_per_partition`` 0 mean unset; ``parallelism`` is what
-        Spark has (0: unknown). The answer's ``tasks`` are filled from the
-        columns the coordinator sends."""
+        Spark has (0: unknown)."""
         req = planner_pb2.PlanPartitionsRequest(
             stream=stream,
             query_id=query_id,
-            start_columns=ov.to_columns(start),
-            end_columns=ov.to_columns(end),
+            start=ov.to_columns(start),
+            end=ov.to_columns(end),
             min_partitions=min_partitions,
             max_records_per_partition=max_records_per_partition,
             parallelism=parallelism,
         )
         resp = self._call("plan partitions", lambda s: s.PlanPartitions, req)
-        if resp.HasField("task_columns"):
-            fill_tasks(resp)
-        return resp
+        clusters = {
+            c.cluster: Connection(c.cluster, c.bootstrap_servers, Properties(dict(c.properties)))
+            for c in resp.clusters
+        }
+        return Plan(ranges.tasks_of(resp.tasks), clusters, resp.generation)
 
     def commit(self, stream: str, query_id: str, end: Mapping[str, int], group_id: str) -> None:
         req = planner_pb2.CommitRequest(
-            stream=stream, query_id=query_id, end_columns=ov.to_columns(end), group_id=group_id
+            stream=stream, query_id=query_id, end=ov.to_columns(end), group_id=group_id
         )
         try:
             self._call("commit", lambda s: s.Commit, req)
         except UnavailableError:
             # Progress reporting must not fail a batch Spark already committed.
             logger.warning("could not report commit to coordinator %s", self.address)
-
-
-def _offsets(resp: Any, name: str) -> ov.SplitOffsets:
-    """The vector ``name`` of an answer: its columns, or the map a
-    coordinator before the columns sends."""
-    columns = f"{name}_columns"
-    if resp.HasField(columns):
-        return ov.from_columns(getattr(resp, columns), name)
-    return ov.parse(dict(getattr(resp, name)), name)
-
-
-def fill_tasks(resp: planner_pb2.PlanPartitionsResponse) -> None:
-    """Fill ``resp.tasks`` from ``resp.task_columns`` (and clear those): what
-    the Spark source turns into partitions. (``add()`` in place is about three
-    times faster than building the messages and appending them.)"""
-    cols = resp.task_columns
-    clusters, topics = list(cols.clusters), list(cols.topics)
-    rows = zip(cols.groups, cols.partitions, cols.from_offsets, cols.until_offsets, strict=True)
-    add = resp.tasks.add
-    for n in cols.task_ranges:
-        ranges = add().ranges
-        for g, p, a, b in itertools.islice(rows, n):
-            ranges.add(
-                cluster=clusters[g], topic=topics[g], partition=p, from_offset=a, until_offset=b
-            )
-    resp.ClearField("task_columns")

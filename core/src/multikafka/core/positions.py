@@ -40,8 +40,7 @@ def offsets_position(text: str, field: str, *, ending: bool = False) -> planner_
                 raise ValidationError(
                     f"{field}.{early[0]}", "-2 (earliest) is not a valid end; use -1 or an offset"
                 )
-        fallback = Position.LATEST if ending else Position.EARLIEST
-        return Position(kind=Position.SPECIFIC, offsets=offsets, fallback=fallback)
+        return specific(offsets, fallback=Position.LATEST if ending else Position.EARLIEST)
     raise ValidationError(
         field,
         f"must be earliest, latest or JSON like {json.dumps({'cluster/topic/0': 42})}, got {raw!r}",
@@ -67,7 +66,7 @@ def with_split_times(
     if not parsed:
         raise ValidationError(field, "names no split")
     if position.kind == Position.SPECIFIC:
-        named = ov.as_offsets(dict(position.offsets)).splits
+        named = ov.from_columns(position.offsets, offsets_field, allow_special=True).splits
         both = parsed.splits.positions(named)[1]
         if both.any():
             raise ValidationError(
@@ -79,6 +78,20 @@ def with_split_times(
         raise ValidationError(strategy_field, f"must be error or latest, got {strategy!r}")
     out = Position()
     out.CopyFrom(position)
-    out.split_timestamps.update(ov.canonical(parsed))
+    out.split_timestamps.CopyFrom(ov.to_columns(parsed))
     out.no_match = chosen
     return out
+
+
+def specific(
+    offsets: Mapping[str, int], *, fallback: planner_pb2.Position.Kind.ValueType = Position.EARLIEST
+) -> planner_pb2.Position:
+    """A position at ``offsets`` per split (``-2`` earliest, ``-1`` latest);
+    splits not named take ``fallback`` (EARLIEST or LATEST)."""
+    return Position(kind=Position.SPECIFIC, offsets=ov.to_columns(offsets), fallback=fallback)
+
+
+def by_split(columns: planner_pb2.OffsetColumns) -> dict[str, int]:
+    """A position's offsets or times (``offsets``, ``split_timestamps``) by
+    split id, for messages and tests; the coordinator reads the columns."""
+    return dict(ov.from_columns(columns, "position", allow_special=True))

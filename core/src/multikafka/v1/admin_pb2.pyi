@@ -12,6 +12,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from multikafka.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -104,7 +105,7 @@ class ClusterStatus(_message.Message):
     RECORDS_READ_FIELD_NUMBER: _builtins.int
     RECORDS_PLANNED_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
-    state: _builtins.str
+    state: _common_pb2.ClusterState.ValueType
     reachable: _builtins.bool
     error: _builtins.str
     """Why the cluster is unreachable, when it is."""
@@ -133,7 +134,7 @@ class ClusterStatus(_message.Message):
         self,
         *,
         cluster: _builtins.str = ...,
-        state: _builtins.str = ...,
+        state: _common_pb2.ClusterState.ValueType = ...,
         reachable: _builtins.bool = ...,
         error: _builtins.str = ...,
         partitions: _builtins.int = ...,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amultikafka/v1/common.proto\x12\rmultikafka.v1\"\xcd\x01\n\x11\x43lusterConnection\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x02 \x01(\t\x12\x44\n\nproperties\x18\x03 \x03(\x0b\x32\x30.multikafka.v1.ClusterConnection.PropertiesEntry\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\nSplitRange\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\x12\x13\n\x0b\x66rom_offset\x18\x04 \x01(\x03\x12\x14\n\x0cuntil_offset\x18\x05 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amultikafka/v1/common.proto\x12\rmultikafka.v1\"\xcd\x01\n\x11\x43lusterConnection\x12\x0f\n\x07\x63luster\x18\x01 \x01(\t\x12\x19\n\x11\x62ootstrap_servers\x18\x02 \x01(\t\x12\x44\n\nproperties\x18\x03 \x03(\x0b\x32\x30.multikafka.v1.ClusterConnection.PropertiesEntry\x12\x13\n\x0b\x66ingerprint\x18\x04 \x01(\t\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x96\x01\n\x0cRangeColumns\x12\x10\n\x08\x63lusters\x18\x01 \x03(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\x12\x0e\n\x06groups\x18\x03 \x03(\r\x12\x12\n\npartitions\x18\x04 \x03(\x05\x12\x14\n\x0c\x66rom_offsets\x18\x05 \x03(\x03\x12\x15\n\runtil_offsets\x18\x06 \x03(\x03\x12\x13\n\x0btask_ranges\x18\x07 \x03(\r*m\n\x0c\x43lusterState\x12\x1d\n\x19\x43LUSTER_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06\x41\x43TIVE\x10\x01\x12\x0b\n\x07STANDBY\x10\x02\x12\x0c\n\x08\x44RAINING\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04\x12\x0b\n\x07REMOVED\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CLUSTERCONNECTION_PROPERTIESENTRY']._loaded_options = None
   _globals['_CLUSTERCONNECTION_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_CLUSTERSTATE']._serialized_start=406
+  _globals['_CLUSTERSTATE']._serialized_end=515
   _globals['_CLUSTERCONNECTION']._serialized_start=46
   _globals['_CLUSTERCONNECTION']._serialized_end=251
   _globals['_CLUSTERCONNECTION_PROPERTIESENTRY']._serialized_start=202
   _globals['_CLUSTERCONNECTION_PROPERTIESENTRY']._serialized_end=251
-  _globals['_SPLITRANGE']._serialized_start=253
-  _globals['_SPLITRANGE']._serialized_end=359
+  _globals['_RANGECOLUMNS']._serialized_start=254
+  _globals['_RANGECOLUMNS']._serialized_end=404
 # @@protoc_insertion_point(module_scope)

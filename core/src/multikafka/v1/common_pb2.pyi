@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -17,6 +18,41 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ClusterState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ClusterStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ClusterState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CLUSTER_STATE_UNSPECIFIED: _ClusterState.ValueType  # 0
+    ACTIVE: _ClusterState.ValueType  # 1
+    STANDBY: _ClusterState.ValueType  # 2
+    """A known mirror, not read."""
+    DRAINING: _ClusterState.ValueType  # 3
+    """Read up to the end offsets captured when the drain began, then retired."""
+    FAILED: _ClusterState.ValueType  # 4
+    """Not read; its splits are abandoned and translated to another cluster."""
+    REMOVED: _ClusterState.ValueType  # 5
+    """Not in the stream any more (reconcile events only)."""
+
+class ClusterState(_ClusterState, metaclass=_ClusterStateEnumTypeWrapper):
+    """The state of one cluster of a stream (the stream document's states), and
+    REMOVED for a cluster the stream no longer has. Values are not prefixed so
+    that their JSON names are the document's.
+    """
+
+CLUSTER_STATE_UNSPECIFIED: ClusterState.ValueType  # 0
+ACTIVE: ClusterState.ValueType  # 1
+STANDBY: ClusterState.ValueType  # 2
+"""A known mirror, not read."""
+DRAINING: ClusterState.ValueType  # 3
+"""Read up to the end offsets captured when the drain began, then retired."""
+FAILED: ClusterState.ValueType  # 4
+"""Not read; its splits are abandoned and translated to another cluster."""
+REMOVED: ClusterState.ValueType  # 5
+"""Not in the stream any more (reconcile events only)."""
+Global___ClusterState: _TypeAlias = ClusterState  # noqa: Y015
 
 @_typing.final
 class ClusterConnection(_message.Message):
@@ -77,34 +113,52 @@ class ClusterConnection(_message.Message):
 Global___ClusterConnection: _TypeAlias = ClusterConnection  # noqa: Y015
 
 @_typing.final
-class SplitRange(_message.Message):
-    """A contiguous offset range [from_offset, until_offset) of one split."""
+class RangeColumns(_message.Message):
+    """Offset ranges in columns (a plan may hold 100,000): range i is
+    [from_offsets[i], until_offsets[i]) of partition partitions[i] of
+    (clusters[groups[i]], topics[groups[i]]). In a plan, task j reads the next
+    task_ranges[j] ranges; elsewhere task_ranges is empty. The one form a range
+    travels in (multikafka.core.ranges reads and writes it).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    CLUSTER_FIELD_NUMBER: _builtins.int
-    TOPIC_FIELD_NUMBER: _builtins.int
-    PARTITION_FIELD_NUMBER: _builtins.int
-    FROM_OFFSET_FIELD_NUMBER: _builtins.int
-    UNTIL_OFFSET_FIELD_NUMBER: _builtins.int
-    cluster: _builtins.str
-    topic: _builtins.str
-    partition: _builtins.int
-    from_offset: _builtins.int
-    until_offset: _builtins.int
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    FROM_OFFSETS_FIELD_NUMBER: _builtins.int
+    UNTIL_OFFSETS_FIELD_NUMBER: _builtins.int
+    TASK_RANGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def clusters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def from_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def until_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def task_ranges(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
-        cluster: _builtins.str = ...,
-        topic: _builtins.str = ...,
-        partition: _builtins.int = ...,
-        from_offset: _builtins.int = ...,
-        until_offset: _builtins.int = ...,
+        clusters: _abc.Iterable[_builtins.str] | None = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        groups: _abc.Iterable[_builtins.int] | None = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+        from_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        until_offsets: _abc.Iterable[_builtins.int] | None = ...,
+        task_ranges: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "from_offset", b"from_offset", "partition", b"partition", "topic", b"topic", "until_offset", b"until_offset"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "from_offsets", b"from_offsets", "groups", b"groups", "partitions", b"partitions", "task_ranges", b"task_ranges", "topics", b"topics", "until_offsets", b"until_offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SplitRange: _TypeAlias = SplitRange  # noqa: Y015
+Global___RangeColumns: _TypeAlias = RangeColumns  # noqa: Y015

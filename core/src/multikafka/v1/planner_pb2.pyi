@@ -74,46 +74,6 @@ class Position(_message.Message):
     NO_MATCH_LATEST: Position.NoMatch.ValueType  # 2
     """The split resolves to its latest offset."""
 
-    @_typing.final
-    class OffsetsEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    @_typing.final
-    class SplitTimestampsEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     KIND_FIELD_NUMBER: _builtins.int
     OFFSETS_FIELD_NUMBER: _builtins.int
     TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
@@ -126,25 +86,28 @@ class Position(_message.Message):
     """EARLIEST or LATEST, for splits a SPECIFIC position does not name."""
     no_match: Global___Position.NoMatch.ValueType
     @_builtins.property
-    def offsets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    def offsets(self) -> Global___OffsetColumns:
+        """SPECIFIC: offsets per split (-2 earliest, -1 latest)."""
+
     @_builtins.property
-    def split_timestamps(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """Per split id: the first offset whose record time is at or after this
-        time (ms). These splits take no other part of the position (a split both
-        here and in `offsets` is INVALID_ARGUMENT); the others resolve by `kind`.
+    def split_timestamps(self) -> Global___OffsetColumns:
+        """Per split: the first offset whose record time is at or after this time
+        (ms, in the offsets column). These splits take no other part of the
+        position (a split both here and in `offsets` is
+        INVALID_ARGUMENT); the others resolve by `kind`.
         """
 
     def __init__(
         self,
         *,
         kind: Global___Position.Kind.ValueType = ...,
-        offsets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        offsets: Global___OffsetColumns | None = ...,
         timestamp_ms: _builtins.int = ...,
         fallback: Global___Position.Kind.ValueType = ...,
-        split_timestamps: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        split_timestamps: Global___OffsetColumns | None = ...,
         no_match: Global___Position.NoMatch.ValueType = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets", "split_timestamps", b"split_timestamps"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["fallback", b"fallback", "kind", b"kind", "no_match", b"no_match", "offsets", b"offsets", "split_timestamps", b"split_timestamps", "timestamp_ms", b"timestamp_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
@@ -157,9 +120,9 @@ class OffsetColumns(_message.Message):
     """An offset vector in columns: a stream may have 100,000 splits, and a map
     of split ids costs a Python object per entry to decode; packed numbers do
     not. The splits of the i-th (clusters[i], topics[i]) are the next counts[i]
-    entries of partitions and offsets. Requests carry vectors in this form
-    (the `*_columns` fields) and are answered in it; the maps are what clients
-    before it send, and are answered in kind.
+    entries of partitions and offsets. Every offset vector of the Planner
+    service travels in this form; the map fields of earlier versions are gone
+    and their tags reserved.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -202,10 +165,7 @@ class ResolveOffsetsRequest(_message.Message):
 
     STREAM_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
-    COLUMNAR_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
-    columnar: _builtins.bool
-    """Answer in `offsets_columns` instead of `offsets`."""
     @_builtins.property
     def position(self) -> Global___Position: ...
     def __init__(
@@ -213,11 +173,10 @@ class ResolveOffsetsRequest(_message.Message):
         *,
         stream: _builtins.str = ...,
         position: Global___Position | None = ...,
-        columnar: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["columnar", b"columnar", "position", b"position", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["position", b"position", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -227,44 +186,20 @@ Global___ResolveOffsetsRequest: _TypeAlias = ResolveOffsetsRequest  # noqa: Y015
 class ResolveOffsetsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class OffsetsEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    OFFSETS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
-    OFFSETS_COLUMNS_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     @_builtins.property
-    def offsets(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
-    @_builtins.property
-    def offsets_columns(self) -> Global___OffsetColumns: ...
+    def offsets(self) -> Global___OffsetColumns: ...
     def __init__(
         self,
         *,
-        offsets: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         generation: _builtins.int = ...,
-        offsets_columns: Global___OffsetColumns | None = ...,
+        offsets: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["offsets_columns", b"offsets_columns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "offsets", b"offsets", "offsets_columns", b"offsets_columns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation", b"generation", "offsets", b"offsets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -274,86 +209,38 @@ Global___ResolveOffsetsResponse: _TypeAlias = ResolveOffsetsResponse  # noqa: Y0
 class LatestOffsetsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class StartEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    @_typing.final
-    class CapEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     STREAM_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
     START_FIELD_NUMBER: _builtins.int
     MAX_RECORDS_FIELD_NUMBER: _builtins.int
     CAP_FIELD_NUMBER: _builtins.int
     FAIL_ON_DATA_LOSS_FIELD_NUMBER: _builtins.int
-    START_COLUMNS_FIELD_NUMBER: _builtins.int
-    CAP_COLUMNS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     max_records: _builtins.int
     """0 means no limit (ReadAllAvailable)."""
     fail_on_data_loss: _builtins.bool
     @_builtins.property
-    def start(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
-    @_builtins.property
-    def cap(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
-        """Trigger.AvailableNow target: never plan past these offsets."""
+    def start(self) -> Global___OffsetColumns:
+        """Where the micro-batch starts."""
 
     @_builtins.property
-    def start_columns(self) -> Global___OffsetColumns:
-        """When set, `start` and `cap` are these, and the answer is `end_columns`."""
+    def cap(self) -> Global___OffsetColumns:
+        """Trigger.AvailableNow target: never plan past these offsets (empty: no cap)."""
 
-    @_builtins.property
-    def cap_columns(self) -> Global___OffsetColumns: ...
     def __init__(
         self,
         *,
         stream: _builtins.str = ...,
         query_id: _builtins.str = ...,
-        start: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        start: Global___OffsetColumns | None = ...,
         max_records: _builtins.int = ...,
-        cap: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        cap: Global___OffsetColumns | None = ...,
         fail_on_data_loss: _builtins.bool = ...,
-        start_columns: Global___OffsetColumns | None = ...,
-        cap_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cap_columns", b"cap_columns", "start_columns", b"start_columns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "start", b"start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "cap_columns", b"cap_columns", "fail_on_data_loss", b"fail_on_data_loss", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "start_columns", b"start_columns", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "fail_on_data_loss", b"fail_on_data_loss", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -363,54 +250,32 @@ Global___LatestOffsetsRequest: _TypeAlias = LatestOffsetsRequest  # noqa: Y015
 class LatestOffsetsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class EndEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    END_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
-    END_COLUMNS_FIELD_NUMBER: _builtins.int
-    AVAILABLE_COLUMNS_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     @_builtins.property
-    def end(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    def end(self) -> Global___OffsetColumns:
+        """The end of the micro-batch."""
+
     @_builtins.property
-    def end_columns(self) -> Global___OffsetColumns: ...
-    @_builtins.property
-    def available_columns(self) -> Global___OffsetColumns:
-        """Answers to columnar requests: the end without the read limit
-        (max_records) and without `cap`: what is available now (high
-        watermarks, within drain ends and stops). Clients report it as the
-        latest offset and count the records available from it.
+    def available(self) -> Global___OffsetColumns:
+        """The end without the read limit (max_records) and without the cap: what
+        is available now (high watermarks, within drain ends and stops).
+        Clients report it as the latest offset and count the records available
+        from it.
         """
 
     def __init__(
         self,
         *,
-        end: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         generation: _builtins.int = ...,
-        end_columns: Global___OffsetColumns | None = ...,
-        available_columns: Global___OffsetColumns | None = ...,
+        end: Global___OffsetColumns | None = ...,
+        available: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["available_columns", b"available_columns", "end_columns", b"end_columns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "end", b"end"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_columns", b"available_columns", "end", b"end", "end_columns", b"end_columns", "generation", b"generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "end", b"end", "generation", b"generation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -420,46 +285,6 @@ Global___LatestOffsetsResponse: _TypeAlias = LatestOffsetsResponse  # noqa: Y015
 class PlanPartitionsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class StartEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    @_typing.final
-    class EndEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     STREAM_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
     START_FIELD_NUMBER: _builtins.int
@@ -467,8 +292,6 @@ class PlanPartitionsRequest(_message.Message):
     MIN_PARTITIONS_FIELD_NUMBER: _builtins.int
     MAX_RECORDS_PER_PARTITION_FIELD_NUMBER: _builtins.int
     PARALLELISM_FIELD_NUMBER: _builtins.int
-    START_COLUMNS_FIELD_NUMBER: _builtins.int
-    END_COLUMNS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     min_partitions: _builtins.int
@@ -480,131 +303,52 @@ class PlanPartitionsRequest(_message.Message):
     Ranges are cut further until there are this many tasks (or minPartitions).
     """
     @_builtins.property
-    def start(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    def start(self) -> Global___OffsetColumns: ...
     @_builtins.property
-    def end(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
-    @_builtins.property
-    def start_columns(self) -> Global___OffsetColumns:
-        """When set, `start` and `end` are these, and the answer is `task_columns`."""
-
-    @_builtins.property
-    def end_columns(self) -> Global___OffsetColumns: ...
+    def end(self) -> Global___OffsetColumns: ...
     def __init__(
         self,
         *,
         stream: _builtins.str = ...,
         query_id: _builtins.str = ...,
-        start: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
-        end: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        start: Global___OffsetColumns | None = ...,
+        end: Global___OffsetColumns | None = ...,
         min_partitions: _builtins.int = ...,
         max_records_per_partition: _builtins.int = ...,
         parallelism: _builtins.int = ...,
-        start_columns: Global___OffsetColumns | None = ...,
-        end_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end_columns", b"end_columns", "start_columns", b"start_columns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "start", b"start"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "end_columns", b"end_columns", "max_records_per_partition", b"max_records_per_partition", "min_partitions", b"min_partitions", "parallelism", b"parallelism", "query_id", b"query_id", "start", b"start", "start_columns", b"start_columns", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "max_records_per_partition", b"max_records_per_partition", "min_partitions", b"min_partitions", "parallelism", b"parallelism", "query_id", b"query_id", "start", b"start", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlanPartitionsRequest: _TypeAlias = PlanPartitionsRequest  # noqa: Y015
 
 @_typing.final
-class TaskPlan(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    RANGES_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def ranges(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.SplitRange]: ...
-    def __init__(
-        self,
-        *,
-        ranges: _abc.Iterable[_common_pb2.SplitRange] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ranges", b"ranges"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___TaskPlan: _TypeAlias = TaskPlan  # noqa: Y015
-
-@_typing.final
-class TaskColumns(_message.Message):
-    """The tasks of a plan in columns: range i reads [from_offsets[i],
-    until_offsets[i]) of partitions[i] of (clusters[groups[i]],
-    topics[groups[i]]); task j reads the next task_ranges[j] ranges.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    CLUSTERS_FIELD_NUMBER: _builtins.int
-    TOPICS_FIELD_NUMBER: _builtins.int
-    GROUPS_FIELD_NUMBER: _builtins.int
-    PARTITIONS_FIELD_NUMBER: _builtins.int
-    FROM_OFFSETS_FIELD_NUMBER: _builtins.int
-    UNTIL_OFFSETS_FIELD_NUMBER: _builtins.int
-    TASK_RANGES_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def clusters(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
-    @_builtins.property
-    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
-    @_builtins.property
-    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
-    @_builtins.property
-    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
-    @_builtins.property
-    def from_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
-    @_builtins.property
-    def until_offsets(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
-    @_builtins.property
-    def task_ranges(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
-    def __init__(
-        self,
-        *,
-        clusters: _abc.Iterable[_builtins.str] | None = ...,
-        topics: _abc.Iterable[_builtins.str] | None = ...,
-        groups: _abc.Iterable[_builtins.int] | None = ...,
-        partitions: _abc.Iterable[_builtins.int] | None = ...,
-        from_offsets: _abc.Iterable[_builtins.int] | None = ...,
-        until_offsets: _abc.Iterable[_builtins.int] | None = ...,
-        task_ranges: _abc.Iterable[_builtins.int] | None = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "from_offsets", b"from_offsets", "groups", b"groups", "partitions", b"partitions", "task_ranges", b"task_ranges", "topics", b"topics", "until_offsets", b"until_offsets"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___TaskColumns: _TypeAlias = TaskColumns  # noqa: Y015
-
-@_typing.final
 class PlanPartitionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    TASKS_FIELD_NUMBER: _builtins.int
     CLUSTERS_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
-    TASK_COLUMNS_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
-    @_builtins.property
-    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskPlan]: ...
     @_builtins.property
     def clusters(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ClusterConnection]: ...
     @_builtins.property
-    def task_columns(self) -> Global___TaskColumns: ...
+    def tasks(self) -> _common_pb2.RangeColumns:
+        """The tasks and their ranges (task_ranges set)."""
+
     def __init__(
         self,
         *,
-        tasks: _abc.Iterable[Global___TaskPlan] | None = ...,
         clusters: _abc.Iterable[_common_pb2.ClusterConnection] | None = ...,
         generation: _builtins.int = ...,
-        task_columns: Global___TaskColumns | None = ...,
+        tasks: _common_pb2.RangeColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["task_columns", b"task_columns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["tasks", b"tasks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "generation", b"generation", "task_columns", b"task_columns", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "generation", b"generation", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -614,55 +358,31 @@ Global___PlanPartitionsResponse: _TypeAlias = PlanPartitionsResponse  # noqa: Y0
 class CommitRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class EndEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.int
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.int = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     STREAM_FIELD_NUMBER: _builtins.int
     QUERY_ID_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
     GROUP_ID_FIELD_NUMBER: _builtins.int
-    END_COLUMNS_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     group_id: _builtins.str
-    """When set, also commit `end` to this consumer group on every cluster
+    """When set, also commit the end to this consumer group on every cluster
     (for lag tools); never before Spark has committed the batch.
     """
     @_builtins.property
-    def end(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
-    @_builtins.property
-    def end_columns(self) -> Global___OffsetColumns:
-        """When set, `end` is this."""
+    def end(self) -> Global___OffsetColumns:
+        """Everything before these offsets is processed."""
 
     def __init__(
         self,
         *,
         stream: _builtins.str = ...,
         query_id: _builtins.str = ...,
-        end: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        end: Global___OffsetColumns | None = ...,
         group_id: _builtins.str = ...,
-        end_columns: Global___OffsetColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end_columns", b"end_columns"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "end_columns", b"end_columns", "group_id", b"group_id", "query_id", b"query_id", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "group_id", b"group_id", "query_id", b"query_id", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -9,6 +9,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from multikafka.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -101,15 +102,14 @@ class ClusterDesired(_message.Message):
     stream: _builtins.str
     cluster: _builtins.str
     fingerprint: _builtins.str
-    state: _builtins.str
-    """ACTIVE | STANDBY | DRAINING | FAILED | REMOVED"""
+    state: _common_pb2.ClusterState.ValueType
     def __init__(
         self,
         *,
         stream: _builtins.str = ...,
         cluster: _builtins.str = ...,
         fingerprint: _builtins.str = ...,
-        state: _builtins.str = ...,
+        state: _common_pb2.ClusterState.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -320,35 +320,6 @@ class ReadMark(_message.Message):
 Global___ReadMark: _TypeAlias = ReadMark  # noqa: Y015
 
 @_typing.final
-class AbandonedRange(_message.Message):
-    """A range a task gave up because its cluster was FAILED or removed:
-    [from_offset, until_offset) of the split was not read.
-    """
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    SPLIT_FIELD_NUMBER: _builtins.int
-    FROM_OFFSET_FIELD_NUMBER: _builtins.int
-    UNTIL_OFFSET_FIELD_NUMBER: _builtins.int
-    split: _builtins.str
-    from_offset: _builtins.int
-    until_offset: _builtins.int
-    def __init__(
-        self,
-        *,
-        split: _builtins.str = ...,
-        from_offset: _builtins.int = ...,
-        until_offset: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "split", b"split", "until_offset", b"until_offset"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___AbandonedRange: _TypeAlias = AbandonedRange  # noqa: Y015
-
-@_typing.final
 class ReportReadsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -363,7 +334,11 @@ class ReportReadsRequest(_message.Message):
     @_builtins.property
     def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadMark]: ...
     @_builtins.property
-    def abandoned(self) -> _containers.RepeatedCompositeFieldContainer[Global___AbandonedRange]: ...
+    def abandoned(self) -> _common_pb2.RangeColumns:
+        """Ranges a task gave up because their cluster was FAILED or removed: they
+        were not read (no task_ranges).
+        """
+
     def __init__(
         self,
         *,
@@ -371,9 +346,9 @@ class ReportReadsRequest(_message.Message):
         stream: _builtins.str = ...,
         query_id: _builtins.str = ...,
         marks: _abc.Iterable[Global___ReadMark] | None = ...,
-        abandoned: _abc.Iterable[Global___AbandonedRange] | None = ...,
+        abandoned: _common_pb2.RangeColumns | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
     _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "agent_id", b"agent_id", "marks", b"marks", "query_id", b"query_id", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...

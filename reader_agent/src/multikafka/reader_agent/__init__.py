@@ -10,14 +10,13 @@ from multikafka.reader_agent.arrow import (
     SPARK_DDL_WITH_HEADERS,
     record_batch,
 )
-from multikafka.reader_agent.task import RangeSpec, ReadTask
+from multikafka.reader_agent.task import ReadTask
 
 __all__ = [
     "SCHEMA",
     "SCHEMA_WITH_HEADERS",
     "SPARK_DDL",
     "SPARK_DDL_WITH_HEADERS",
-    "RangeSpec",
     "ReadTask",
     "ReaderAgent",
     "get_agent",

@@ -17,17 +17,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 
 import pyarrow as pa
 
+from multikafka.core import ranges
 from multikafka.core.background import BackgroundThreads
+from multikafka.core.ranges import SplitRange
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent.arrow import record_batch
 from multikafka.reader_agent.link import CoordinatorLink
 from multikafka.reader_agent.payloads import MalformedCounts
-from multikafka.reader_agent.range_reader import ReadOutcome, TopicPartitionRange
+from multikafka.reader_agent.range_reader import ReadOutcome
 from multikafka.reader_agent.subreader import (
     RangeReaderFactory,
     Slot,
@@ -36,13 +38,13 @@ from multikafka.reader_agent.subreader import (
     kafka_reader,
     slot_of,
 )
-from multikafka.reader_agent.task import RangeSpec, ReadTask
-from multikafka.v1 import reader_pb2
+from multikafka.reader_agent.task import ReadTask
+from multikafka.v1 import common_pb2, reader_pb2
 
 logger = logging.getLogger(__name__)
 
 #: Cluster states in which an agent keeps no sub-reader.
-_NOT_READ = {"FAILED", "STANDBY", "REMOVED"}
+_NOT_READ = {common_pb2.FAILED, common_pb2.STANDBY, common_pb2.REMOVED}
 
 Key = tuple[str, str]
 
@@ -88,7 +90,7 @@ class ReaderAgent:
         """Read every range of ``task``; yield Arrow batches. Reports the last
         record read per split (and any abandoned range) to the coordinator."""
         link = self.connect(task.coordinator) if task.coordinator else None
-        report = reader_pb2.ReportReadsRequest(stream=task.stream, query_id=task.query_id)
+        report = _Reads()
         if task.generation > self.applied_generation:
             logger.debug(
                 "task planned at a newer generation; checking connections",
@@ -104,13 +106,13 @@ class ReaderAgent:
                     yield from self._read_cluster(task, cluster, group, report)
         finally:
             if link is not None and (report.marks or report.abandoned):
-                link.report(report)
+                link.report(report.request(task.stream, task.query_id))
 
     def _read_clusters_at_once(
         self,
         task: ReadTask,
-        clusters: list[tuple[str, list[RangeSpec]]],
-        report: reader_pb2.ReportReadsRequest,
+        clusters: list[tuple[str, list[SplitRange]]],
+        report: _Reads,
     ) -> Iterator[pa.RecordBatch]:
         """Read each cluster's ranges on a thread of its own and yield their
         batches as they come: one cluster's fetch wait no longer adds to
@@ -121,11 +123,9 @@ class ReaderAgent:
         done = threading.Event()
         slots = threading.Semaphore(2 * len(clusters))
         out: queue.SimpleQueue[pa.RecordBatch | _Ended] = queue.SimpleQueue()
-        reports = [reader_pb2.ReportReadsRequest() for _ in clusters]
+        reports = [_Reads() for _ in clusters]
 
-        def pump(
-            cluster: str, ranges: list[RangeSpec], mine: reader_pb2.ReportReadsRequest
-        ) -> None:
+        def pump(cluster: str, ranges: list[SplitRange], mine: _Reads) -> None:
             error: BaseException | None = None
             batches = self._read_cluster(task, cluster, ranges, mine, cancelled=done.is_set)
             try:
@@ -166,14 +166,15 @@ class ReaderAgent:
             for t in threads:
                 t.join()
             for mine in reports:
-                report.MergeFrom(mine)
+                report.marks.extend(mine.marks)
+                report.abandoned.extend(mine.abandoned)
 
     def _read_cluster(
         self,
         task: ReadTask,
         cluster: str,
-        ranges: list[RangeSpec],
-        report: reader_pb2.ReportReadsRequest,
+        ranges: list[SplitRange],
+        report: _Reads,
         *,
         cancelled: Callable[[], bool] = lambda: False,
     ) -> Generator[pa.RecordBatch, None, None]:
@@ -189,7 +190,7 @@ class ReaderAgent:
                 if cancelled():
                     break
                 for cols in sub.reader.read(
-                    [TopicPartitionRange(r.topic, r.partition, r.start, r.until) for r in round_],
+                    round_,
                     outcome,
                     include_headers=task.include_headers,
                     fail_on_data_loss=task.fail_on_data_loss,
@@ -213,16 +214,13 @@ class ReaderAgent:
                     stats.corrupt_records += malformed.corrupt
                     stats.malformed_failures += malformed.failed
                     stats.splits.touch(r.split for r in ranges)
-            for (topic, partition), (offset, ts) in outcome.last.items():
-                report.marks.add(
+            report.marks.extend(
+                reader_pb2.ReadMark(
                     split=f"{cluster}/{topic}/{partition}", last_offset=offset, last_timestamp_ms=ts
                 )
-            for r in outcome.abandoned:
-                report.abandoned.add(
-                    split=f"{cluster}/{r.topic}/{r.partition}",
-                    from_offset=r.start,
-                    until_offset=r.until,
-                )
+                for (topic, partition), (offset, ts) in outcome.last.items()
+            )
+            report.abandoned.extend(outcome.abandoned)
 
     def _gone(self, key: Key, planned_at: int) -> bool:
         """Whether ranges of ``key`` should be abandoned: its cluster is no
@@ -282,7 +280,9 @@ class ReaderAgent:
                 known = {(d.stream, d.cluster) for d in event.clusters}
                 for key in [k for k in self._desired if k not in known]:
                     self._apply_one(
-                        reader_pb2.ClusterDesired(stream=key[0], cluster=key[1], state="REMOVED")
+                        reader_pb2.ClusterDesired(
+                            stream=key[0], cluster=key[1], state=common_pb2.REMOVED
+                        )
                     )
                 self._synced = True
             for desired in event.clusters:
@@ -294,7 +294,7 @@ class ReaderAgent:
         # Every sub-reader of the cluster: the plain one and those of queries
         # with librdkafka overrides.
         subs = [sub for sub in self._subs.values() if sub.key == key]
-        if desired.state == "REMOVED":
+        if desired.state == common_pb2.REMOVED:
             self._removed[key] = None
             while len(self._removed) > 1024:
                 del self._removed[next(iter(self._removed))]
@@ -392,6 +392,21 @@ class ReaderAgent:
             link.close()
 
 
+@dataclass
+class _Reads:
+    """What a task read (the last record per split) and gave up (ranges of
+    clusters that went away), reported to the coordinator when it ends."""
+
+    marks: list[reader_pb2.ReadMark] = field(default_factory=list)
+    abandoned: list[SplitRange] = field(default_factory=list)
+
+    def request(self, stream: str, query_id: str) -> reader_pb2.ReportReadsRequest:
+        request = reader_pb2.ReportReadsRequest(stream=stream, query_id=query_id, marks=self.marks)
+        if self.abandoned:
+            request.abandoned.CopyFrom(ranges.to_columns(self.abandoned))
+        return request
+
+
 @dataclass(frozen=True)
 class _Ended:
     """A cluster's read ended (with the error that ended it, if any)."""
@@ -399,14 +414,14 @@ class _Ended:
     error: BaseException | None
 
 
-def _rounds(ranges: list[RangeSpec]) -> Iterator[list[RangeSpec]]:
+def _rounds(ranges: list[SplitRange]) -> Iterator[list[SplitRange]]:
     """Ranges in rounds with each partition at most once per round (a task may
     hold two pieces of one split)."""
     todo = sorted(ranges, key=lambda r: (r.topic, r.partition, r.start))
     while todo:
         seen: set[tuple[str, int]] = set()
-        this: list[RangeSpec] = []
-        rest: list[RangeSpec] = []
+        this: list[SplitRange] = []
+        rest: list[SplitRange] = []
         for r in todo:
             (rest if (r.topic, r.partition) in seen else this).append(r)
             seen.add((r.topic, r.partition))

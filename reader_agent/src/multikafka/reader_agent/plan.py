@@ -3,17 +3,15 @@ what the Spark source and the standalone reader both do with a plan."""
 
 from __future__ import annotations
 
-from multikafka.core._secrets import Properties
-from multikafka.core.model import Connection
+from multikafka.core.planner_client import Plan
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent.overrides import Overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
-from multikafka.reader_agent.task import RangeSpec, ReadTask
-from multikafka.v1 import planner_pb2
+from multikafka.reader_agent.task import ReadTask
 
 
 def tasks_from_plan(
-    plan: planner_pb2.PlanPartitionsResponse,
+    plan: Plan,
     *,
     coordinator: ConnectConfig,
     stream: str,
@@ -25,16 +23,8 @@ def tasks_from_plan(
 ) -> list[ReadTask]:
     """One :class:`ReadTask` per planned task, each with the connections of
     the clusters it reads (and only those)."""
-    clusters = {
-        c.cluster: Connection(c.cluster, c.bootstrap_servers, Properties(dict(c.properties)))
-        for c in plan.clusters
-    }
     out = []
-    for task in plan.tasks:
-        ranges = tuple(
-            RangeSpec(r.cluster, r.topic, r.partition, r.from_offset, r.until_offset)
-            for r in task.ranges
-        )
+    for ranges in plan.tasks:
         used = {r.cluster for r in ranges}
         out.append(
             ReadTask(
@@ -43,7 +33,7 @@ def tasks_from_plan(
                 query_id=query_id,
                 generation=plan.generation,
                 ranges=ranges,
-                clusters={c: clusters[c] for c in sorted(used)},
+                clusters={c: plan.clusters[c] for c in sorted(used)},
                 include_headers=include_headers,
                 fail_on_data_loss=fail_on_data_loss,
                 decoding=decoding or PayloadDecoding(),

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -24,19 +24,11 @@ from multikafka.core.exceptions import DataLossError, UnavailableError
 from multikafka.core.kafka_config import READER_DEFAULTS, READER_GROUP_ID, client_config
 from multikafka.core.kafka_log import ClientLog, repeat_interval_s
 from multikafka.core.model import Connection
+from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent import arrow
 from multikafka.reader_agent.arrow import Columns
 
 logger = logging.getLogger(__name__)
-
-
-class TopicPartitionRange(NamedTuple):
-    """Read ``[start, until)`` of one topic partition."""
-
-    topic: str
-    partition: int
-    start: int
-    until: int
 
 
 @dataclass
@@ -48,7 +40,7 @@ class ReadOutcome:
     #: Offsets found missing (deleted by retention) and skipped.
     lost: int = 0
     #: Ranges given up because the caller asked to abandon them.
-    abandoned: list[TopicPartitionRange] = field(default_factory=list)
+    abandoned: list[SplitRange] = field(default_factory=list)
     records: int = 0
 
 
@@ -57,7 +49,7 @@ class RangeReader(Protocol):
 
     def read(
         self,
-        ranges: Sequence[TopicPartitionRange],
+        ranges: Sequence[SplitRange],
         outcome: ReadOutcome,
         *,
         include_headers: bool,
@@ -168,7 +160,7 @@ class KafkaRangeReader:
 
     def read(
         self,
-        ranges: Sequence[TopicPartitionRange],
+        ranges: Sequence[SplitRange],
         outcome: ReadOutcome,
         *,
         include_headers: bool,
@@ -257,7 +249,7 @@ class KafkaRangeReader:
             )
             self._forget(list(self._next))
 
-    def _continue_at(self, r: TopicPartitionRange, ready: list[Columns]) -> int:
+    def _continue_at(self, r: SplitRange, ready: list[Columns]) -> int:
         """Where reading ``r`` goes on: after the leftovers it can use (added to
         ``ready``) if it starts where its partition's last range ended, else at
         its start."""
@@ -282,9 +274,7 @@ class KafkaRangeReader:
             return known
         return r.start
 
-    def _position_for(
-        self, pending: Mapping[Key, TopicPartitionRange], nxt: dict[Key, int]
-    ) -> None:
+    def _position_for(self, pending: Mapping[Key, SplitRange], nxt: dict[Key, int]) -> None:
         """Assign what this read must fetch, where it goes on (nothing is
         assigned between reads), and forget what went unused for long."""
         for key in self._next:
@@ -334,12 +324,12 @@ class KafkaRangeReader:
         self._assigned.difference_update(keys)
         self._paused.difference_update(keys)
 
-    def _position(self, r: TopicPartitionRange) -> int:
+    def _position(self, r: SplitRange) -> int:
         """Next offset to read of ``r``'s partition (its start before any read)."""
         pos = int(self._consumer.position([TopicPartition(r.topic, r.partition)])[0].offset)
         return pos if pos >= 0 else r.start
 
-    def _finish(self, pending: dict[Key, TopicPartitionRange], key: Key) -> None:
+    def _finish(self, pending: dict[Key, SplitRange], key: Key) -> None:
         """``key``'s range ended early (records lost): nothing of it to keep."""
         del pending[key]
         self._forget([key])
@@ -347,7 +337,7 @@ class KafkaRangeReader:
     def _drop_errors(
         self,
         msgs: list[Any],
-        pending: dict[tuple[str, int], TopicPartitionRange],
+        pending: dict[tuple[str, int], SplitRange],
         outcome: ReadOutcome,
         fail_on_data_loss: bool,
     ) -> list[Any]:
@@ -375,7 +365,7 @@ class KafkaRangeReader:
             )
         return [m for m in msgs if m.error() is None]
 
-    def _data_loss(self, r: TopicPartitionRange, frm: int, to: int, why: str, fail: bool) -> None:
+    def _data_loss(self, r: SplitRange, frm: int, to: int, why: str, fail: bool) -> None:
         split = f"{self.connection.cluster}/{r.topic}/{r.partition}"
         if fail:
             raise DataLossError(
@@ -390,7 +380,7 @@ class KafkaRangeReader:
         self,
         topic: str,
         partition: int,
-        pending: dict[tuple[str, int], TopicPartitionRange],
+        pending: dict[tuple[str, int], SplitRange],
         outcome: ReadOutcome,
         fail_on_data_loss: bool,
     ) -> None:
@@ -419,7 +409,7 @@ class KafkaRangeReader:
 
     def _check_truncated(
         self,
-        pending: dict[tuple[str, int], TopicPartitionRange],
+        pending: dict[tuple[str, int], SplitRange],
         outcome: ReadOutcome,
         fail_on_data_loss: bool,
     ) -> None:
@@ -467,7 +457,7 @@ class KafkaRangeReader:
     def _decode(
         self,
         msgs: list[Any],
-        pending: dict[Key, TopicPartitionRange],
+        pending: dict[Key, SplitRange],
         nxt: dict[Key, int],
         ends: Mapping[Key, int],
         outcome: ReadOutcome,

@@ -6,24 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from multikafka.core.model import Connection
+from multikafka.core.ranges import SplitRange
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent.overrides import Overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
-
-
-@dataclass(frozen=True)
-class RangeSpec:
-    """``[start, until)`` of ``cluster/topic/partition``."""
-
-    cluster: str
-    topic: str
-    partition: int
-    start: int
-    until: int
-
-    @property
-    def split(self) -> str:
-        return f"{self.cluster}/{self.topic}/{self.partition}"
 
 
 @dataclass(frozen=True)
@@ -36,7 +22,7 @@ class ReadTask:
     query_id: str
     #: Metadata generation the task was planned at.
     generation: int
-    ranges: tuple[RangeSpec, ...]
+    ranges: tuple[SplitRange, ...]
     #: cluster -> how to reach it (properties hold secrets: never logged).
     clusters: Mapping[str, Connection] = field(repr=False)
     include_headers: bool = False

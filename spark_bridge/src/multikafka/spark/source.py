@@ -156,7 +156,7 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
             cap=self._target,
             fail_on_data_loss=self.options.fail_on_data_loss,
         )
-        self._available = got.available if got.available is not None else got.end
+        self._available = got.available
         gate = self._gate_for(limit)
         if gate is not None and not gate.admit(begin, got.end, got.available):
             logger.debug(

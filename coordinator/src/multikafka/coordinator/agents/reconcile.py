@@ -36,11 +36,10 @@ from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataChange, MetadataStore, Rejection
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core.model import ClusterState
-from multikafka.v1 import reader_pb2
+from multikafka.v1 import common_pb2, reader_pb2
 
 logger = logging.getLogger(__name__)
 
-REMOVED = "REMOVED"
 #: Generations whose acknowledgements are awaited at most: an agent that keeps
 #: heartbeating without ever applying must not make the reconciler grow.
 MAX_PENDING = 1024
@@ -63,7 +62,7 @@ def desired_of(view: StreamView | None) -> dict[str, reader_pb2.ClusterDesired]:
             stream=view.name,
             cluster=cid,
             fingerprint=c.connection(cid).fingerprint,
-            state=c.state.value,
+            state=c.state.to_proto(),
         )
         for cid, c in view.spec.clusters.items()
     }
@@ -147,7 +146,7 @@ class Reconciler:
         changed = [d for cid, d in new.items() if old.get(cid) != d]
         changed += [
             reader_pb2.ClusterDesired(
-                stream=change.name, cluster=cid, fingerprint="", state=REMOVED
+                stream=change.name, cluster=cid, fingerprint="", state=common_pb2.REMOVED
             )
             for cid in old
             if cid not in new

@@ -72,7 +72,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 )
             status = admin_pb2.ClusterStatus(
                 cluster=cid,
-                state=spec.state.value,
+                state=spec.state.to_proto(),
                 reachable=reachable,
                 error=error,
                 partitions=partitions,

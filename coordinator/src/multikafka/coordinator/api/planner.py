@@ -2,9 +2,9 @@
 resolve positions, plan micro-batches and report commits.
 
 Offset vectors travel as columns (``OffsetColumns``) and are planned as
-columns (:class:`~multikafka.core.offsets.SplitOffsets`): a stream of 100,000
-splits costs a few numpy operations per call, not Python work per split.
-Requests in the map form of earlier clients are answered in that form.
+columns (:class:`~multikafka.core.offsets.SplitOffsets`), and a plan's ranges
+travel as columns too (``RangeColumns``): a stream of 100,000 splits costs a
+few numpy operations per call, not Python work per split.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from multikafka.coordinator.api.rpc import unary
 from multikafka.coordinator.clusters.kafka import OffsetQuery
-from multikafka.coordinator.planning.assignment import DEFAULT_MAX_RECORDS, Range, cut_ranges
+from multikafka.coordinator.planning.assignment import DEFAULT_MAX_RECORDS, cut_ranges
 from multikafka.coordinator.planning.entry import Resumed
 from multikafka.coordinator.planning.planner import (
     CLUSTER_REMOVED,
@@ -37,6 +37,7 @@ from multikafka.coordinator.planning.stopping import stop_offsets, stops_of_clus
 from multikafka.coordinator.runtime.leader import LeaderDuties
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core import offsets as ov
+from multikafka.core import ranges
 from multikafka.core.exceptions import (
     PreconditionError,
     UnavailableError,
@@ -87,12 +88,12 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         await asyncio.gather(*(d.discovery.discover(cc) for cc in readable if not cc.discovered))
         specific = ov.EMPTY
         if kind == Position.SPECIFIC:
-            specific = self._check_specific(view, dict(pos.offsets))
+            specific = self._check_specific(view, pos.offsets)
             kind = pos.fallback or Position.EARLIEST
         timed = ov.EMPTY
-        if pos.split_timestamps:
+        if pos.split_timestamps.partitions:
             timed = self._check_specific(
-                view, dict(pos.split_timestamps), "position.split_timestamps", special=False
+                view, pos.split_timestamps, "position.split_timestamps", special=False
             )
             both = timed.splits.positions(specific.splits)[1] if len(specific) else None
             if both is not None and both.any():
@@ -143,25 +144,21 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             out = cap_at_stops(out, await stops_of_clusters(d.discovery, view, clients, out.splits))
         except UnavailableError as exc:
             raise UnavailableError(f"stream {view.name!r}: stopping offsets: {exc}") from exc
-        if request.columnar:
-            return planner_pb2.ResolveOffsetsResponse(
-                offsets_columns=ov.to_columns(out), generation=view.generation
-            )
         return planner_pb2.ResolveOffsetsResponse(
-            offsets=ov.canonical(out), generation=view.generation
+            offsets=ov.to_columns(out), generation=view.generation
         )
 
     def _check_specific(
         self,
         view: StreamView,
-        offsets: dict[str, int],
+        offsets: planner_pb2.OffsetColumns,
         field: str = "position.offsets",
         *,
         special: bool = True,
     ) -> SplitOffsets:
         """``offsets`` (offsets, or times with ``special=False``) checked:
         every split of a cluster and topic of the stream."""
-        checked = ov.parse(offsets, field, allow_special=special)
+        checked = ov.from_columns(offsets, field, allow_special=special)
         bounds = checked.splits.bounds().tolist()
         ids = checked.splits.ids()
         for g, (cluster, topic) in enumerate(checked.splits.groups):
@@ -187,11 +184,10 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     ) -> planner_pb2.LatestOffsetsResponse:
         d, view = self._view(request.stream)
         query_id = validate_id(request.query_id, "query_id", required=True)
-        columnar = request.HasField("start_columns")
-        start = _vector(request, "start")
+        start = ov.from_columns(request.start, "start")
         if request.max_records < 0:
             raise ValidationError("max_records", "must not be negative (0 means no limit)")
-        cap = _vector(request, "cap")
+        cap = ov.from_columns(request.cap, "cap")
         snapshots = await snapshots_of(d, view, start)
         new = new_split_set(start, snapshots)
         abandoned = {}
@@ -244,14 +240,10 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
                 detail=f"query {query_id}: {what}",
                 generation=view.generation,
             )
-        if columnar:
-            return planner_pb2.LatestOffsetsResponse(
-                end_columns=ov.to_columns(plan.end),
-                available_columns=ov.to_columns(plan.available),
-                generation=view.generation,
-            )
         return planner_pb2.LatestOffsetsResponse(
-            end=ov.canonical(plan.end), generation=view.generation
+            end=ov.to_columns(plan.end),
+            available=ov.to_columns(plan.available),
+            generation=view.generation,
         )
 
     # -- PlanPartitions ------------------------------------------------------
@@ -262,9 +254,8 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     ) -> planner_pb2.PlanPartitionsResponse:
         d, view = self._view(request.stream)
         query_id = validate_id(request.query_id, "query_id", required=True)
-        columnar = request.HasField("end_columns")
-        start = _vector(request, "start")
-        end = _vector(request, "end")
+        start = ov.from_columns(request.start, "start")
+        end = ov.from_columns(request.end, "end")
         for field in ("min_partitions", "max_records_per_partition"):
             if getattr(request, field) < 0:
                 raise ValidationError(field, "must not be negative (0 means the default)")
@@ -295,25 +286,16 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             parallelism=request.parallelism,
         )
         clusters = [self._connection(view, cid) for cid in read.clusters()]
-        if not columnar:
-            ids = read.ids()
-            tasks = [
-                planner_pb2.TaskPlan(ranges=[_range_pb(Range(ids[i], a, b)) for i, a, b in task])
-                for task in pieces.by_task()
-            ]
-            return planner_pb2.PlanPartitionsResponse(
-                tasks=tasks, clusters=clusters, generation=view.generation
-            )
-        columns = planner_pb2.TaskColumns(
-            clusters=[c for c, _ in read.groups], topics=[t for _, t in read.groups]
+        tasks = ranges.columns(
+            read.groups,
+            read.group[pieces.which],
+            read.partitions[pieces.which],
+            pieces.start,
+            pieces.until,
+            pieces.task_sizes(),
         )
-        columns.groups.extend(read.group[pieces.which].tolist())
-        columns.partitions.extend(read.partitions[pieces.which].tolist())
-        columns.from_offsets.extend(pieces.start.tolist())
-        columns.until_offsets.extend(pieces.until.tolist())
-        columns.task_ranges.extend(pieces.task_sizes().tolist())
         return planner_pb2.PlanPartitionsResponse(
-            task_columns=columns, clusters=clusters, generation=view.generation
+            tasks=tasks, clusters=clusters, generation=view.generation
         )
 
     def _connection(self, view: StreamView, cid: str) -> common_pb2.ClusterConnection:
@@ -341,20 +323,11 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         d, view = self._view(request.stream)
         query_id = validate_id(request.query_id, "query_id", required=True)
         group_id = validate_id(request.group_id, "group_id")
-        end = _vector(request, "end")
+        end = ov.from_columns(request.end, "end")
         await d.queries.commit(query_id, view.name, end, retention_ms=view.spec.retention_ms)
         if group_id:
             await _commit_groups(d, view, group_id, end)
         return planner_pb2.CommitResponse()
-
-
-def _vector(request: Any, name: str) -> SplitOffsets:
-    """The vector ``name`` of a request: its columns if the client sent them,
-    else its map (clients before the columns)."""
-    columns = f"{name}_columns"
-    if request.HasField(columns):
-        return ov.from_columns(getattr(request, columns), name)
-    return ov.parse(dict(getattr(request, name)), name)
 
 
 async def _commit_groups(
@@ -583,14 +556,3 @@ def _note_retired(
         d.history.record(
             view.name, "retired", cluster=cid, detail=detail, generation=view.generation
         )
-
-
-def _range_pb(r: Range) -> common_pb2.SplitRange:
-    split = SplitId.parse(r.split)
-    return common_pb2.SplitRange(
-        cluster=split.cluster,
-        topic=split.topic,
-        partition=split.partition,
-        from_offset=r.start,
-        until_offset=r.until,
-    )

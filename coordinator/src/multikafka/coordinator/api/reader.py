@@ -19,6 +19,7 @@ import grpc
 
 from multikafka.coordinator.api.rpc import safe_deserializer, streaming, unary
 from multikafka.coordinator.metrics import MALFORMED_MODES
+from multikafka.core import ranges
 from multikafka.core.exceptions import NotFoundError, ValidationError, shown
 from multikafka.core.model import SplitId
 from multikafka.core.validation import validate_id, validate_name
@@ -135,27 +136,21 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         # leaves no marks or abandoned ranges behind.
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
         stream = self._c.store.get(validate_name(request.stream, "stream")).name
-        query_id = validate_id(request.query_id, "query_id", required=bool(request.abandoned))
         for i, mark in enumerate(request.marks):
             _split(mark.split, f"marks[{i}].split")
             if mark.last_offset < 0:
                 raise ValidationError(f"marks[{i}].last_offset", "must be an offset >= 0")
-        for i, r in enumerate(request.abandoned):
-            _split(r.split, f"abandoned[{i}].split")
-            if not 0 <= r.from_offset <= r.until_offset:
-                raise ValidationError(
-                    f"abandoned[{i}]",
-                    f"[{r.from_offset}, {r.until_offset}) is not a range of offsets >= 0",
-                )
+        abandoned = ranges.from_columns(request.abandoned, "abandoned")
+        query_id = validate_id(request.query_id, "query_id", required=bool(abandoned))
         for mark in request.marks:
             d.marks.add(stream, mark.split, mark.last_offset, mark.last_timestamp_ms)
-        for r in request.abandoned:
+        for r in abandoned:
             await d.abandonments.record(
                 stream,
                 query_id,
                 r.split,
-                r.from_offset,
-                r.until_offset,
+                r.start,
+                r.until,
                 f"cluster went away while agent {shown(agent_id)} read it",
             )
         if request.marks:

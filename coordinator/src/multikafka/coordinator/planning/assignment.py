@@ -20,7 +20,7 @@ its tasks by the Kafka partitions:
   Spark's Kafka source does.
 
 :func:`cut_ranges` works on arrays (a micro-batch may have 100,000 ranges);
-:func:`plan_tasks` is the same on :class:`Range` tuples. Tasks come in the
+:func:`plan_tasks` is the same on :class:`~multikafka.core.ranges.SplitRange` tuples. Tasks come in the
 order of their ranges, pieces of a range in offset order: deterministic.
 """
 
@@ -33,21 +33,10 @@ from typing import NamedTuple
 import numpy as np
 
 from multikafka.core.offsets import I64
+from multikafka.core.ranges import SplitRange
 
 #: Records per task unless ``maxRecordsPerPartition`` says otherwise.
 DEFAULT_MAX_RECORDS = 100_000
-
-
-class Range(NamedTuple):
-    """``[start, until)`` of one split."""
-
-    split: str
-    start: int
-    until: int
-
-    @property
-    def size(self) -> int:
-        return self.until - self.start
 
 
 class Pieces(NamedTuple):
@@ -152,12 +141,12 @@ def cut_ranges(
 
 
 def plan_tasks(
-    ranges: Iterable[Range],
+    ranges: Iterable[SplitRange],
     *,
     min_partitions: int = 0,
     max_records: int = DEFAULT_MAX_RECORDS,
     parallelism: int = 0,
-) -> list[list[Range]]:
+) -> list[list[SplitRange]]:
     """Tasks of ``ranges`` (sorted first; empty ones dropped, contiguous
     ranges of one split joined); each task holds one range."""
     tape = _merge(sorted(r for r in ranges if r.size > 0))
@@ -168,15 +157,15 @@ def plan_tasks(
         max_records=max_records,
         parallelism=parallelism,
     )
-    return [[Range(tape[i].split, a, b) for i, a, b in task] for task in pieces.by_task()]
+    return [[tape[i]._replace(start=a, until=b) for i, a, b in task] for task in pieces.by_task()]
 
 
-def _merge(ranges: list[Range]) -> list[Range]:
+def _merge(ranges: list[SplitRange]) -> list[SplitRange]:
     """Sorted ranges with contiguous ranges of the same split joined."""
-    out: list[Range] = []
+    out: list[SplitRange] = []
     for r in ranges:
-        if out and out[-1].split == r.split and out[-1].until == r.start:
-            out[-1] = Range(r.split, out[-1].start, r.until)
+        if out and out[-1][:3] == r[:3] and out[-1].until == r.start:
+            out[-1] = out[-1]._replace(until=r.until)
         else:
             out.append(r)
     return out

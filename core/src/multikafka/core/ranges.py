@@ -1,0 +1,130 @@
+"""A range of one split, the one form it has from the planner to the agent:
+:class:`SplitRange` in Python, ``RangeColumns`` on the wire (a plan may hold
+100,000 ranges: columns of packed numbers, not a message per range).
+
+The coordinator plans ranges as arrays and writes their columns straight
+from them (:func:`columns`); clients turn columns into tasks of
+:class:`SplitRange` (:func:`tasks_of`); agents report the ranges they gave up
+in the same form (:func:`to_columns`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from multikafka.core.exceptions import ValidationError
+from multikafka.core.model import SplitId
+from multikafka.core.offsets import I64, check_name
+from multikafka.v1 import common_pb2
+
+
+class SplitRange(NamedTuple):
+    """``[start, until)`` of partition ``partition`` of ``topic`` in ``cluster``."""
+
+    cluster: str
+    topic: str
+    partition: int
+    start: int
+    until: int
+
+    @property
+    def split(self) -> str:
+        """The split's id, ``cluster/topic/partition``."""
+        return f"{self.cluster}/{self.topic}/{self.partition}"
+
+    @property
+    def size(self) -> int:
+        return self.until - self.start
+
+    @classmethod
+    def of(cls, split: str, start: int, until: int) -> SplitRange:
+        """The range ``[start, until)`` of the split with id ``split``."""
+        s = SplitId.parse(split)
+        return cls(s.cluster, s.topic, s.partition, start, until)
+
+
+#: The tasks of a plan: each a tuple of the ranges it reads.
+Tasks = list[tuple[SplitRange, ...]]
+
+
+def columns(
+    groups: Sequence[tuple[str, str]],
+    group: I64,
+    partitions: I64,
+    start: I64,
+    until: I64,
+    task_ranges: I64 | None = None,
+) -> common_pb2.RangeColumns:
+    """Ranges given as arrays (range ``i`` reads ``[start[i], until[i])`` of
+    ``partitions[i]`` of ``groups[group[i]]``), and, for a plan, how many
+    ranges each task reads, as columns."""
+    msg = common_pb2.RangeColumns(clusters=[c for c, _ in groups], topics=[t for _, t in groups])
+    msg.groups.extend(np.asarray(group).tolist())
+    msg.partitions.extend(np.asarray(partitions).tolist())
+    msg.from_offsets.extend(np.asarray(start).tolist())
+    msg.until_offsets.extend(np.asarray(until).tolist())
+    if task_ranges is not None:
+        msg.task_ranges.extend(np.asarray(task_ranges).tolist())
+    return msg
+
+
+def to_columns(ranges: Iterable[SplitRange]) -> common_pb2.RangeColumns:
+    """``ranges`` (no task grouping) as columns."""
+    index: dict[tuple[str, str], int] = {}
+    group, parts, start, until = [], [], [], []
+    for r in ranges:
+        group.append(index.setdefault((r.cluster, r.topic), len(index)))
+        parts.append(r.partition)
+        start.append(r.start)
+        until.append(r.until)
+    return columns(list(index), np.array(group), np.array(parts), np.array(start), np.array(until))
+
+
+def from_columns(msg: common_pb2.RangeColumns, field: str = "ranges") -> list[SplitRange]:
+    """Every range of ``msg``, checked: what a peer sent may be malformed
+    (:class:`ValidationError` naming the part, e.g. ``abandoned.groups[3]``)."""
+    n = len(msg.groups)
+    if not len(msg.clusters) == len(msg.topics):
+        raise ValidationError(field, "clusters and topics must have the same length")
+    if not n == len(msg.partitions) == len(msg.from_offsets) == len(msg.until_offsets):
+        raise ValidationError(
+            field, "groups, partitions, from_offsets and until_offsets must have the same length"
+        )
+    named = [
+        (
+            check_name(c, "cluster", f"{field}.clusters[{i}]"),
+            check_name(t, "topic", f"{field}.topics[{i}]"),
+        )
+        for i, (c, t) in enumerate(zip(msg.clusters, msg.topics, strict=True))
+    ]
+    out = []
+    for i, (g, p, a, b) in enumerate(
+        zip(msg.groups, msg.partitions, msg.from_offsets, msg.until_offsets, strict=True)
+    ):
+        if g >= len(named):
+            raise ValidationError(f"{field}.groups[{i}]", f"no group {g}: there are {len(named)}")
+        if p < 0:
+            raise ValidationError(f"{field}.partitions[{i}]", f"must be >= 0, got {p}")
+        if a < 0 or b < a:
+            raise ValidationError(
+                f"{field}[{i}]", f"needs 0 <= from_offset <= until_offset, got [{a}, {b})"
+            )
+        cluster, topic = named[g]
+        out.append(SplitRange(cluster, topic, p, a, b))
+    return out
+
+
+def tasks_of(msg: common_pb2.RangeColumns, field: str = "tasks") -> Tasks:
+    """The tasks of a plan's columns, each a tuple of its ranges."""
+    ranges = from_columns(msg, field)
+    if sum(msg.task_ranges) != len(ranges):
+        raise ValidationError(field, "task_ranges must add up to the number of ranges")
+    tasks: Tasks = []
+    at = 0
+    for n in msg.task_ranges:
+        tasks.append(tuple(ranges[at : at + n]))
+        at += n
+    return tasks
