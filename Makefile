@@ -18,7 +18,7 @@ PROJECTS := pyproject.toml $(foreach p,$(PARTS),$(p)/pyproject.toml) reader_agen
 # no build for this machine, and the chart tests then fail saying so), and
 # promtool for the alerting rules' tests from Debian's prometheus package
 # (deploy/get_promtool.py; exit 3: no apt-get here).
-$(STAMP): $(PROJECTS) reader_agent/src/multikafka/reader_agent/_decode.c
+$(STAMP): $(PROJECTS) reader_agent/src/multikafka/reader_agent/_convert.c
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(foreach p,$(PARTS),-e ./$(p)) -e ".[dev]"

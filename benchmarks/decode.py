@@ -10,7 +10,7 @@ price double, tags array<string>, ts timestamp``), cut in batches of
 rounds each (after one untimed warm-up round), what the agent does per batch:
 
 * ``raw``: messages to Arrow columns and the ``RecordBatch`` Spark gets
-  (``arrow.decode`` + ``arrow.record_batch``), today's read;
+  (``arrow.convert`` + ``arrow.record_batch``), today's read;
 * ``string``: the same, then ``valueFormat=string``;
 * ``json``: the same, then ``valueFormat=json`` with the schema above;
 * ``json_1pct_bad``: ``json`` with 1 % of the values malformed (a wrong
@@ -96,7 +96,7 @@ def messages(n: int, *, bad_every: int = 0) -> list[Message]:
 
 def _raw(batch: list[Message]) -> pa.RecordBatch:
     return arrow.record_batch(
-        arrow.decode(batch, include_headers=False), "east", include_headers=False
+        arrow.convert(batch, include_headers=False), "east", include_headers=False
     )
 
 
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeat": args.repeat,
             "schema": SCHEMA,
             "value_bytes": round(sum(len(value(i, random.Random(42))) for i in range(1000)) / 1000),
-            "decoder": arrow.active_decoder(),
+            "decoder": arrow.active_converter(),
         },
     }
     result.update(measure(args.records, args.batch, args.repeat))

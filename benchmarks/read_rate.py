@@ -16,11 +16,11 @@ alternating, ``--repeat`` times each (after ``--warmup`` untimed rounds):
   end positions are checked against the watermarks afterwards);
 * ``agent`` / ``agent_python``: multikafka's reader agent reading the whole
   stream, planned as Spark would plan one batch, in this process (no Spark),
-  with the default decoder (the compiled one when built) / with
-  ``MULTIKAFKA_DECODER=python``;
+  with the default converter (the compiled one when built) / with
+  ``MULTIKAFKA_CONVERTER=python``;
 * ``spark`` / ``spark_python``: a Structured Streaming query with
   ``Trigger.AvailableNow`` into the ``noop`` sink with default source options
-  (one micro-batch), with the default decoder / with the Python decoder in
+  (one micro-batch), with the default converter / with the Python converter in
   the workers (a benchmark-side subclass of the source sets the variable);
 * ``spark_batched``: the same with ``maxOffsetsPerTrigger`` = a tenth and
   otherwise default options, so that the rate after the first micro-batch
@@ -34,11 +34,11 @@ process), from consumer creation to the last ``consume``; for Spark's Python
 workers, Spark's JVM and the brokers, of their processes (``/proc/<pid>/stat``).
 CPU ratios are per round against ``raw_nogc_count``.
 Before the rounds, the read-path options of issue 8 are timed on messages
-consumed into memory (:mod:`benchmarks._decode_options`).
+consumed into memory (:mod:`benchmarks._convert_options`).
 
 Results go to ``benchmarks/out/read_rate.json`` and ``<out>/img/read_rate.png``.
-``--profile`` also runs one agent read per decoder under cProfile and prints
-where the time goes (``benchmarks/out/agent_read.<decoder>.prof``), and the
+``--profile`` also runs one agent read per converter under cProfile and prints
+where the time goes (``benchmarks/out/agent_read.<converter>.prof``), and the
 garbage collector diagnosis; ``--py-spy`` samples Spark's Python workers.
 """
 
@@ -394,23 +394,25 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
 
 
 @contextmanager
-def decoder_env(name: str | None) -> Iterator[None]:
-    """``MULTIKAFKA_DECODER=name`` in this process for a while (None: as it was)."""
+def converter_env(name: str | None) -> Iterator[None]:
+    """``MULTIKAFKA_CONVERTER=name`` in this process for a while (None: as it was)."""
     from multikafka.core import env
 
-    before = os.environ.get(env.DECODER)
+    before = os.environ.get(env.CONVERTER)
     if name is not None:
-        os.environ[env.DECODER] = name
+        os.environ[env.CONVERTER] = name
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop(env.DECODER, None)
+            os.environ.pop(env.CONVERTER, None)
         else:
-            os.environ[env.DECODER] = before
+            os.environ[env.CONVERTER] = before
 
 
-def read_agent(setup: Setup, on_batch: Callable[[int], None], *, decoder: str | None = None) -> Run:
+def read_agent(
+    setup: Setup, on_batch: Callable[[int], None], *, converter: str | None = None
+) -> Run:
     """A fresh reader agent reads every task, one after the other."""
     from multikafka.reader_agent import ReaderAgent, arrow
 
@@ -419,7 +421,7 @@ def read_agent(setup: Setup, on_batch: Callable[[int], None], *, decoder: str | 
     planned = time.perf_counter()
     total = 0
     cpu_s = 0.0
-    with decoder_env(decoder):
+    with converter_env(converter):
         meter = ReaderCpu()
         agent = ReaderAgent(heartbeat_interval_s=2.0)
         try:
@@ -434,16 +436,16 @@ def read_agent(setup: Setup, on_batch: Callable[[int], None], *, decoder: str | 
             # Spark worker: see _collector_paused); give it back to the
             # collector, so that ``raw`` always meets the same heap.
             gc.unfreeze()
-        used = arrow.active_decoder()
+        used = arrow.active_converter()
     return Run(
-        "agent" if decoder is None else f"agent_{decoder}",
+        "agent" if converter is None else f"agent_{converter}",
         0,
         total,
         time.perf_counter() - t0,
         {
             "tasks": len(tasks),
             "plan_s": planned - t0,
-            "decoder": used,
+            "converter": used,
             "reader_cpu_s": cpu_s,
         },
     )
@@ -578,14 +580,14 @@ def read_spark(
 # -- profile ------------------------------------------------------------------
 
 
-def profile_agent(setup: Setup, decoder: str, top: int = 25) -> str:
-    """One agent read under cProfile with ``decoder``; returns the top
-    functions by own time (``benchmarks/out/agent_read.<decoder>.prof``)."""
+def profile_agent(setup: Setup, converter: str, top: int = 25) -> str:
+    """One agent read under cProfile with ``converter``; returns the top
+    functions by own time (``benchmarks/out/agent_read.<converter>.prof``)."""
     from multikafka.reader_agent import ReaderAgent
 
     tasks = plan_tasks(setup.stack.coordinator_address, f"bench-profile-{uuid.uuid4().hex[:8]}")
     profiler = cProfile.Profile()
-    with decoder_env(decoder):
+    with converter_env(converter):
         agent = ReaderAgent(heartbeat_interval_s=2.0)
         try:
             profiler.enable()
@@ -597,7 +599,7 @@ def profile_agent(setup: Setup, decoder: str, top: int = 25) -> str:
             agent.close()
     out_dir = resolve_out("benchmarks/out")
     out_dir.mkdir(parents=True, exist_ok=True)
-    profiler.dump_stats(str(out_dir / f"agent_read.{decoder}.prof"))
+    profiler.dump_stats(str(out_dir / f"agent_read.{converter}.prof"))
     buf = io.StringIO()
     stats = pstats.Stats(profiler, stream=buf)
     stats.sort_stats("tottime").print_stats(top)
@@ -632,12 +634,12 @@ def register_variant_source(
     spark: SparkSession,
     name: str,
     *,
-    decoder: str = "",
+    converter: str = "",
     gc_off: bool = False,
     freeze: bool | None = None,
 ) -> str:
-    """Register ``name``: the product's source, with ``MULTIKAFKA_DECODER``
-    set to ``decoder``, Python's cyclic garbage collector disabled while a
+    """Register ``name``: the product's source, with ``MULTIKAFKA_CONVERTER``
+    set to ``converter``, Python's cyclic garbage collector disabled while a
     task reads (``gc_off``: pyspark runs ``gc.collect()`` after every task
     anyway), or with the reader's ``gc.freeze()`` (see ``_collector_paused``)
     started over with every task (``freeze=True``: as in a new worker) or
@@ -657,7 +659,7 @@ def register_variant_source(
             from multikafka.core import env
 
             enabled = worker_gc.isenabled()
-            before = worker_os.environ.get(env.DECODER)
+            before = worker_os.environ.get(env.CONVERTER)
             if gc_off:
                 worker_gc.disable()
             if freeze is not None:
@@ -666,17 +668,17 @@ def register_variant_source(
                 worker_gc.unfreeze()
                 # 0: the reader freezes as in a new worker; past the end: never
                 kafka._batches = 0 if freeze else kafka._FREEZE_UNTIL
-            if decoder:
-                worker_os.environ[env.DECODER] = decoder
+            if converter:
+                worker_os.environ[env.CONVERTER] = converter
             try:
                 yield from super().read(partition)
             finally:
                 if enabled:
                     worker_gc.enable()
                 if before is None:
-                    worker_os.environ.pop(env.DECODER, None)
+                    worker_os.environ.pop(env.CONVERTER, None)
                 else:
-                    worker_os.environ[env.DECODER] = before
+                    worker_os.environ[env.CONVERTER] = before
 
     class VariantSource(MultiKafkaDataSource):
         @classmethod
@@ -912,7 +914,7 @@ def measure(
 ) -> list[Run]:
     runs: list[Run] = []
     batched = {"maxOffsetsPerTrigger": str(max_per_trigger)}
-    python_source = register_variant_source(spark, "multikafka_python_decoder", decoder="python")
+    python_source = register_variant_source(spark, "multikafka_python_decoder", converter="python")
     rounds = warmup + repeat
     with progress_bar() as progress:
         overall = progress.add_task("all runs", total=rounds * len(METHODS), note="")
@@ -928,7 +930,7 @@ def measure(
                 if method in ("raw", "raw_nogc_count"):
                     run = read_raw(setup, step, count_only=method == "raw_nogc_count")
                 elif method in ("agent", "agent_python"):
-                    run = read_agent(setup, step, decoder="python" if method != "agent" else None)
+                    run = read_agent(setup, step, converter="python" if method != "agent" else None)
                 else:
                     run = read_spark(
                         spark,
@@ -1054,9 +1056,9 @@ def plot(result: dict[str, Any], path: Path) -> None:
         "raw": "plain\nconsumer",
         "raw_nogc_count": "plain consumer\nGC off, count",
         "agent": "reader agent\n(no Spark)",
-        "agent_python": "agent,\nPython decoder",
+        "agent_python": "agent,\nPython converter",
         "spark": "Spark\nAvailableNow",
-        "spark_python": "Spark,\nPython decoder",
+        "spark_python": "Spark,\nPython converter",
         "spark_in_batch": "Spark, inside\nthe micro-batch",
         "spark_batched": f"Spark, {BATCHES}\nmicro-batches",
         "spark_batched_steady": "same, after\n1st micro-batch",
@@ -1130,7 +1132,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.grid(axis="y", alpha=0.3)
     fig.suptitle(
         f"{cfg['records']:,} records x {cfg['value_size']} B, 2 tansu clusters x {PARTITIONS} "
-        f"partitions, {result['machine']['nproc']} cores, decoder {cfg.get('decoder', '?')}",
+        f"partitions, {result['machine']['nproc']} cores, converter {cfg.get('converter', '?')}",
         fontsize=11,
     )
     fig.tight_layout()
@@ -1241,8 +1243,8 @@ def print_gc(diag: dict[str, Any]) -> None:
 
 def decode_options(setup: Setup, records: int, repeat: int) -> dict[str, Any]:
     """Time the read-path options on messages of the first cluster consumed
-    into memory (:mod:`benchmarks._decode_options`)."""
-    from benchmarks._decode_options import consume, measure_options
+    into memory (:mod:`benchmarks._convert_options`)."""
+    from benchmarks._convert_options import consume, measure_options
 
     name, bootstrap = next(iter(setup.bootstraps.items()))
     with console.status(f"consuming up to {records:,} messages of {name} into memory"):
@@ -1274,7 +1276,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="cProfile one agent read per decoder; time raw, agent and spark reads with gc on and off",
+        help="cProfile one agent read per converter; time raw, agent and spark reads with gc on and off",
     )
     parser.add_argument(
         "--decode-records",
@@ -1307,7 +1309,7 @@ def main(argv: list[str] | None = None) -> int:
             "partitions_per_cluster": PARTITIONS,
             "spark_cores": CORES,
             "stream_properties": TANSU_PROPERTIES,
-            "decoder": arrow.active_decoder(),
+            "converter": arrow.active_converter(),
         },
     }
     console.rule("[bold]multikafka read rate")
@@ -1345,11 +1347,11 @@ def main(argv: list[str] | None = None) -> int:
         result["summary"] = summarize(runs, args.repeat, setup.expected)
         if args.profile:
             result["profile_top"] = {}
-            for decoder in ("python", "auto"):
-                with console.status(f"profiling one agent read (cProfile, decoder {decoder})"):
-                    result["profile_top"][decoder] = profile_agent(setup, decoder)
-                console.rule(f"cProfile, agent read, MULTIKAFKA_DECODER={decoder}")
-                console.print(result["profile_top"][decoder])
+            for converter in ("python", "auto"):
+                with console.status(f"profiling one agent read (cProfile, converter {converter})"):
+                    result["profile_top"][converter] = profile_agent(setup, converter)
+                console.rule(f"cProfile, agent read, MULTIKAFKA_CONVERTER={converter}")
+                console.print(result["profile_top"][converter])
             with console.status("raw and agent reads with the garbage collector on and off"):
                 result["gc_diagnosis"] = gc_diagnosis(setup, args.repeat)
             with console.status("the baseline with both clusters read at once"):

@@ -1,6 +1,6 @@
 """Build configuration beyond pyproject.toml: the optional compiled converter.
 
-``multikafka.reader_agent._decode`` turns confluent-kafka messages into Arrow
+``multikafka.reader_agent._convert`` turns confluent-kafka messages into Arrow
 buffers without per-record Python work (docs/benchmarks.md, "Read rate"). It
 is optional: without a C compiler and the Python headers the build skips it
 and :mod:`multikafka.reader_agent.arrow` converts in Python instead.
@@ -11,8 +11,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "multikafka.reader_agent._decode",
-            sources=["src/multikafka/reader_agent/_decode.c"],
+            "multikafka.reader_agent._convert",
+            sources=["src/multikafka/reader_agent/_convert.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
         )

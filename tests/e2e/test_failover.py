@@ -13,6 +13,7 @@ from multikafka import PreconditionError
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import Feed, create_topics, fence
+from multikafka.v1 import common_pb2
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import sink_rows, source, start_to_parquet
 from tests.helpers import (
@@ -72,7 +73,8 @@ class E2E:
         return sum(1 for r in self.rows() if r[0] == cluster)
 
     def states(self, stream: str) -> dict[str, str]:
-        return {c.cluster: c.state for c in self.admin.get_stream(stream).clusters}
+        clusters = self.admin.get_stream(stream).clusters
+        return {c.cluster: common_pb2.ClusterState.Name(c.state) for c in clusters}
 
     def assert_exactly_once(self, expected: dict[str, int]) -> None:
         assert_exactly_once(self.keys(), expected)
@@ -110,7 +112,7 @@ def test_planned_migration_reads_every_record_once(e2e: E2E) -> None:
     produce_sequence(old.bootstrap, topic, 2, "old", range(1000, 1500))
     info = e2e.admin.drain(name, "old")
     drained = next(c for c in info.clusters if c.cluster == "old")
-    assert drained.state == "DRAINING"
+    assert drained.state == common_pb2.DRAINING
     assert sum(drained.drain_offsets.values()) == 1500 + 4  # two fences per partition
     produce_sequence(new.bootstrap, topic, 2, "new", range(1000))
     e2e.wait_count("new:", 1000)

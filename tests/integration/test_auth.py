@@ -360,7 +360,7 @@ def test_cluster_secret_reaches_only_the_authenticated_reader(
             plan = planner.plan(
                 name, "q-auth", start, end, min_partitions=1, max_records_per_partition=1000
             )
-            assert [dict(c.properties) for c in plan.clusters] == [
+            assert [dict(c.properties) for c in plan.clusters.values()] == [
                 {"fetch.wait.max.ms": "10", "sasl.username": "reader", "sasl.password": secret}
             ]
             planner.commit(name, "q-auth", end, "")
@@ -433,7 +433,7 @@ def test_cluster_secret_reaches_only_the_authenticated_reader(
         plan = planner.plan(
             name, "q-2", start, end, min_partitions=1, max_records_per_partition=1000
         )
-        assert plan.clusters[0].properties["sasl.password"] == secret
+        assert plan.clusters["a"].properties["sasl.password"] == secret
     finally:
         planner.close()
 
@@ -491,7 +491,7 @@ def test_mutual_tls_client_certificate_authenticates_readers(
             plan = planner.plan(
                 name, "q-mtls", start, end, min_partitions=1, max_records_per_partition=1000
             )
-            assert plan.clusters[0].properties["sasl.password"] == secret
+            assert plan.clusters["a"].properties["sasl.password"] == secret
         finally:
             planner.close()
 

@@ -51,6 +51,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from multikafka.coordinator.runtime.server import MAX_REQUEST_BYTES
+from multikafka.core import offsets as ov
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, CoordinatorThread
 from multikafka.devstack.feed import create_topics
@@ -506,6 +507,11 @@ def as_columns(offsets: dict[str, int]) -> planner_pb2.OffsetColumns:
         msg.partitions.append(partition)
         msg.offsets.append(offset)
     return msg
+
+
+def as_offsets(columns: planner_pb2.OffsetColumns) -> dict[str, int]:
+    """An answer's offsets by split id."""
+    return dict(ov.from_columns(columns))
 
 
 def as_range_columns(rows: list[tuple[str, int, int]]) -> common_pb2.RangeColumns:
@@ -1454,7 +1460,7 @@ def test_query_id_of_300_characters_is_refused_naming_255(
 ) -> None:
     stub = planner_pb2_grpc.PlannerStub(channel)
     request = planner_pb2.CommitRequest(
-        stream=world.stream, query_id="q" * 300, end={world.split: 0}
+        stream=world.stream, query_id="q" * 300, end=as_columns({world.split: 0})
     )
     code, details = _code(lambda: stub.Commit(request, timeout=30))
     _bounded_refusal(code, details)
@@ -1642,14 +1648,14 @@ def test_latest_offsets_with_negative_max_records_is_refused(
     """max_records < 0 was taken as a budget: the backlog's shares came out
     negative and the end offset went below the start."""
     request = planner_pb2.LatestOffsetsRequest(
-        stream=world.stream, query_id="q", start={world.split: 0}, max_records=-7
+        stream=world.stream, query_id="q", start=as_columns({world.split: 0}), max_records=-7
     )
     stub = planner_pb2_grpc.PlannerStub(channel)
     plain = planner_pb2.LatestOffsetsRequest(
-        stream=world.stream, query_id="q", start={world.split: 0}
+        stream=world.stream, query_id="q", start=as_columns({world.split: 0})
     )
     # There is a backlog to share out (20 records and a fence).
-    eventually(lambda: stub.LatestOffsets(plain, timeout=30).end[world.split] > 0)
+    eventually(lambda: as_offsets(stub.LatestOffsets(plain, timeout=30).end)[world.split] > 0)
     code, details = _code(lambda: stub.LatestOffsets(request, timeout=30))
     _bounded_refusal(code, details)
 
@@ -1663,7 +1669,7 @@ def test_latest_offsets_with_malformed_cap_is_refused(
     """start was parsed and checked; cap was used as given."""
     cap = {k.replace("east/t/", f"{world.cluster}/{world.topic}/"): v for k, v in cap.items()}
     request = planner_pb2.LatestOffsetsRequest(
-        stream=world.stream, query_id="q", start={world.split: 0}, cap=cap
+        stream=world.stream, query_id="q", start=as_columns({world.split: 0}), cap=as_columns(cap)
     )
     code, details = _code(
         lambda: planner_pb2_grpc.PlannerStub(channel).LatestOffsets(request, timeout=30)
@@ -1683,7 +1689,9 @@ def test_resolve_offsets_negative_timestamp_is_refused_and_harms_nothing(
     earliest = planner_pb2.ResolveOffsetsRequest(
         stream=world.stream, position=POSITION(kind=POSITION.EARLIEST)
     )
-    eventually(lambda: world.split in planner.ResolveOffsets(earliest, timeout=30).offsets)
+    eventually(
+        lambda: world.split in as_offsets(planner.ResolveOffsets(earliest, timeout=30).offsets)
+    )
     bad = planner_pb2.ResolveOffsetsRequest(
         stream=world.stream, position=POSITION(kind=POSITION.TIMESTAMP, timestamp_ms=-100)
     )
@@ -1692,7 +1700,7 @@ def test_resolve_offsets_negative_timestamp_is_refused_and_harms_nothing(
         c.cluster: (c.reachable, c.error)
         for c in admin.GetStream(admin_pb2.GetStreamRequest(name=world.stream)).clusters
     }
-    after = dict(planner.ResolveOffsets(earliest, timeout=30).offsets)
+    after = as_offsets(planner.ResolveOffsets(earliest, timeout=30).offsets)
     assert (code.name, status[world.cluster][0], after) == (
         "INVALID_ARGUMENT",
         True,
@@ -1704,7 +1712,9 @@ def test_commit_with_empty_query_id_is_refused(
     coordinator: CoordinatorThread, channel: grpc.Channel, world: World
 ) -> None:
     """validate_id allowed "": the progress was stored at '<prefix>/queries/'."""
-    request = planner_pb2.CommitRequest(stream=world.stream, query_id="", end={world.split: 0})
+    request = planner_pb2.CommitRequest(
+        stream=world.stream, query_id="", end=as_columns({world.split: 0})
+    )
     code, details = _code(lambda: planner_pb2_grpc.PlannerStub(channel).Commit(request, timeout=30))
     kept = {k: v for k, v in _keys(coordinator, "queries/").items() if k == "queries/"}
     assert (code.name, kept) == ("INVALID_ARGUMENT", {}), details
@@ -1751,7 +1761,11 @@ def test_plan_partitions_negative_sizes_are_refused(
     channel: grpc.Channel, world: World, sizes: dict[str, int]
 ) -> None:
     request = planner_pb2.PlanPartitionsRequest(
-        stream=world.stream, query_id="q", start={world.split: 0}, end={world.split: 10}, **sizes
+        stream=world.stream,
+        query_id="q",
+        start=as_columns({world.split: 0}),
+        end=as_columns({world.split: 10}),
+        **sizes,
     )
     code, details = _code(
         lambda: planner_pb2_grpc.PlannerStub(channel).PlanPartitions(request, timeout=30)

@@ -10,10 +10,13 @@ from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
+from multikafka.v1 import common_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, stream_doc, uid
 
 pytestmark = pytest.mark.integration
+
+STATE = common_pb2.ClusterState
 
 
 def _stream(admin: AdminClient, kafka: KafkaClusters, *, standby: bool = True) -> tuple[str, str]:
@@ -34,7 +37,7 @@ def test_drain_captures_end_offsets(admin: AdminClient, kafka: KafkaClusters) ->
     name, topic = _stream(admin, kafka)
     info = admin.drain(name, "a")
     status = {c.cluster: c for c in info.clusters}
-    assert status["a"].state == "DRAINING"
+    assert status["a"].state == common_pb2.DRAINING
     assert dict(status["a"].drain_offsets) == {f"a/{topic}/0": 6, f"a/{topic}/1": 6}
     assert admin.drain(name, "a").version == info.version  # idempotent
     with pytest.raises(PreconditionError, match="only an ACTIVE cluster"):
@@ -56,7 +59,9 @@ def test_drain_of_an_unreachable_cluster_is_refused(
             admin.drain(name, "a")
     finally:
         down.require_process().process.resume()
-    assert {c.cluster: c.state for c in admin.get_stream(name).clusters} == {"a": "ACTIVE"}
+    assert {c.cluster: STATE.Name(c.state) for c in admin.get_stream(name).clusters} == {
+        "a": "ACTIVE"
+    }
 
 
 def test_failover_validation(admin: AdminClient, kafka: KafkaClusters) -> None:
@@ -72,7 +77,7 @@ def test_failover_validation(admin: AdminClient, kafka: KafkaClusters) -> None:
     with pytest.raises(NotFoundError):
         admin.failover(uid("nostream"), "a", "b")
     info = admin.failover(name, "a", "b", strategy="identity", margin_ms=0, reason="drill")
-    assert {c.cluster: c.state for c in info.clusters} == {"a": "FAILED", "b": "ACTIVE"}
+    assert {c.cluster: STATE.Name(c.state) for c in info.clusters} == {"a": "FAILED", "b": "ACTIVE"}
     entry = admin.history(name)[-1]
     assert entry.kind == "failover"
     assert "strategy identity" in entry.detail
@@ -96,5 +101,5 @@ def test_failed_cluster_activates_only_after_queries_retired_it(
         info = admin.activate(name, "a")
     finally:
         planner.close()
-    assert {c.cluster: c.state for c in info.clusters}["a"] == "ACTIVE"
+    assert {c.cluster: STATE.Name(c.state) for c in info.clusters}["a"] == "ACTIVE"
     assert [e.kind for e in admin.history(name)][-1] == "activate"

@@ -1,7 +1,7 @@
 """The Kafka range reader on a real broker: exact ranges, deterministic
 re-reads, and data loss reported (never papered over). Every test runs once
-with the Python decoder and once with the compiled one
-(``MULTIKAFKA_DECODER``), and consumed messages decode alike with both."""
+with the Python converter and once with the compiled one
+(``MULTIKAFKA_CONVERTER``), and consumed messages convert alike with both."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(autouse=True, params=["python", "c"])
-def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The decoder the reader uses in this run (the compiled one must be built)."""
+def converter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The converter the reader uses in this run (the compiled one must be built)."""
     name: str = request.param
-    monkeypatch.setenv(env.DECODER, name)
-    assert arrow.active_decoder() == ("python" if name == "python" else "c-direct")
+    monkeypatch.setenv(env.CONVERTER, name)
+    assert arrow.active_converter() == ("python" if name == "python" else "c-direct")
     return name
 
 
@@ -97,12 +97,12 @@ def test_range_past_the_end_is_data_loss(kafka: KafkaClusters, reader: KafkaRang
     assert outcome.lost == 20
 
 
-def test_consumed_messages_decode_alike_with_every_decoder(kafka: KafkaClusters) -> None:
+def test_consumed_messages_convert_alike_with_every_converter(kafka: KafkaClusters) -> None:
     """Real consumed messages (null keys and values, headers, two
-    partitions): the compiled decoder, reading confluent-kafka's struct,
-    gives the Python decoder's columns."""
+    partitions): the compiled converter, reading confluent-kafka's struct,
+    gives the Python converter's columns."""
     (a,) = kafka.shared(1)
-    topic = uid("decode")
+    topic = uid("convert")
     create_topics(a.bootstrap, {topic: 2})
     producer = Producer({"bootstrap.servers": a.bootstrap, "batch.num.messages": 1})
     for i in range(200):
@@ -116,7 +116,7 @@ def test_consumed_messages_decode_alike_with_every_decoder(kafka: KafkaClusters)
         )
     producer.flush(30)
     consumer = Consumer(
-        {**TANSU_PROPERTIES, "bootstrap.servers": a.bootstrap, "group.id": uid("decode")}
+        {**TANSU_PROPERTIES, "bootstrap.servers": a.bootstrap, "group.id": uid("convert")}
     )
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
@@ -125,7 +125,7 @@ def test_consumed_messages_decode_alike_with_every_decoder(kafka: KafkaClusters)
             msgs += [m for m in consumer.consume(200 - len(msgs), timeout=1) if m.error() is None]
     finally:
         consumer.close()
-    python = arrow.decode(msgs, include_headers=True, decoder="python")
+    python = arrow.convert(msgs, include_headers=True, converter="python")
     want = arrow.record_batch(python, "a", include_headers=True)
     assert want.num_rows == 200
     assert want.column("key").null_count == 40
@@ -134,6 +134,6 @@ def test_consumed_messages_decode_alike_with_every_decoder(kafka: KafkaClusters)
     last = python.last_per_partition(python.partitions())
     assert {tp: offset for tp, (offset, _) in last.items()} == {(topic, 0): 99, (topic, 1): 99}
     for name in ("c", "c-accessors"):
-        got = arrow.decode(msgs, include_headers=True, decoder=name)
+        got = arrow.convert(msgs, include_headers=True, converter=name)
         assert arrow.record_batch(got, "a", include_headers=True).equals(want), name
         assert got.last_per_partition(got.partitions()) == last

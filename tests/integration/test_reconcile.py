@@ -125,7 +125,7 @@ def test_agents_acknowledge_on_their_acknowledge_call_not_by_heartbeat(
 
 def test_acknowledge_refuses_bad_calls(coordinator: CoordinatorThread) -> None:
     """INVALID_ARGUMENT for an empty agent id, a second agent on one call and
-    bytes that do not decode; acknowledgements of an agent nobody registered
+    bytes that do not parse; acknowledgements of an agent nobody registered
     change nothing."""
     channel = grpc.insecure_channel(coordinator.address)
     try:
@@ -151,7 +151,7 @@ def test_acknowledge_refuses_bad_calls(coordinator: CoordinatorThread) -> None:
         with pytest.raises(grpc.RpcError) as err:
             raw(iter([b"\xff\xff\xff"]), timeout=5)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-        assert "does not decode" in (err.value.details() or "")
+        assert "does not parse" in (err.value.details() or "")
     finally:
         channel.close()
     coord = coordinator.coordinator

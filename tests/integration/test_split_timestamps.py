@@ -135,7 +135,7 @@ def test_bad_named_splits_are_invalid_arguments(
     ]
     for times, extra, says in cases:
         with pytest.raises(ValidationError) as info:
-            planner.resolve(name, by_time(times, kind=0, **extra))  # type: ignore[arg-type]
+            planner.resolve(name, by_time(times, **{"kind": 0, **extra}))  # type: ignore[arg-type]
         text = str(info.value)  # INVALID_ARGUMENT naming the field and the split
         assert "position.split_timestamps." in text, text
         assert says in text

@@ -73,11 +73,7 @@ def test_stopping_offsets_cap_every_plan(
     }
     # Tasks never reach past the stop.
     plan = planner.plan(name, "q", start, first, min_partitions=1, max_records_per_partition=1000)
-    ranges = {
-        (r.cluster, r.partition): (r.from_offset, r.until_offset)
-        for t in plan.tasks
-        for r in t.ranges
-    }
+    ranges = {(r.cluster, r.partition): (r.start, r.until) for t in plan.tasks for r in t}
     assert ranges[("a", 0)] == (0, 4)
 
     # Shown by `admin streams get`, in text and JSON, and kept on a round trip.

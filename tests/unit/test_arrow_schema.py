@@ -32,7 +32,7 @@ from multikafka.reader_agent.arrow import (
     SPARK_DDL_WITH_HEADERS,
     TIMESTAMP_TYPE,
     Columns,
-    decode,
+    convert,
     record_batch,
 )
 
@@ -190,19 +190,19 @@ def test_record_batch_of_many_rows() -> None:
     assert batch.column("cluster").null_count == 0
 
 
-@pytest.mark.parametrize("decoder", ["python", "c"])
+@pytest.mark.parametrize("converter", ["python", "c"])
 @pytest.mark.parametrize(
     ("headers", "spark"), [(False, SPARK_SCHEMA), (True, SPARK_SCHEMA_WITH_HEADERS)]
 )
-def test_decoded_batches_have_the_schema_pyspark_expects(
-    decoder: str, headers: bool, spark: StructType
+def test_converted_batches_have_the_schema_pyspark_expects(
+    converter: str, headers: bool, spark: StructType
 ) -> None:
     msgs = [
         Message(topic="t", partition=i, offset=i, key=None, value=b"v", timestamp=(1, 1_000 * i))
         for i in range(3)
     ]
     batch = record_batch(
-        decode(msgs, include_headers=headers, decoder=decoder), "east", include_headers=headers
+        convert(msgs, include_headers=headers, converter=converter), "east", include_headers=headers
     )
     assert to_arrow_schema(spark, timezone="UTC").equals(batch.schema)
     batch.validate(full=True)

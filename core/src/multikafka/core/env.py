@@ -49,9 +49,11 @@ READER_TOKEN_FILE = "MULTIKAFKA_READER_TOKEN_FILE"
 COORDINATOR = "MULTIKAFKA_COORDINATOR"
 #: Log level of the CLI (``INFO`` by default).
 LOG_LEVEL = "MULTIKAFKA_LOG_LEVEL"
-#: How readers decode Kafka messages into Arrow: ``auto`` (default: the
-#: compiled decoder when built, else Python), ``python``, ``c``, ``c-accessors``.
-DECODER = "MULTIKAFKA_DECODER"
+#: How readers convert Kafka messages into Arrow: ``auto`` (default: the
+#: compiled converter when built, else Python), ``python``, ``c``, ``c-accessors``.
+CONVERTER = "MULTIKAFKA_CONVERTER"
+#: CONVERTER's earlier name, still read when CONVERTER is not set.
+CONVERTER_EARLIER = "MULTIKAFKA_DECODER"
 #: PEM files for TLS: the server's certificate and key, the CA of client
 #: certificates (mutual TLS), and the CA clients verify the server with.
 TLS_CERT = "MULTIKAFKA_TLS_CERT"

@@ -1,15 +1,16 @@
 """The Arrow form of a read, in one place: the schema of Spark's Kafka source
-plus ``cluster``, its Spark DDL, and decoding Kafka messages into it column by
-column.
+plus ``cluster``, its Spark DDL, and converting Kafka messages into it column
+by column (*conversion*, the converters; *decoding* is only what is done to
+payloads afterwards, :mod:`multikafka.reader_agent.payloads`).
 
 PySpark's Python data source refuses a batch whose schema does not equal
 ``to_arrow_schema(<declared DDL>, timezone="UTC")``, so the DDL, the Arrow
 schema and the arrays built here must agree (``tests/unit/test_arrow_schema.py``).
 
-Decoding is most of a Python worker's own CPU per record, so it has two
+Conversion is most of a Python worker's own CPU per record, so it has two
 implementations that give equal columns: a compiled one
-(``multikafka_core/_decode.c``, see :mod:`multikafka.reader_agent._cdecode`) and a
-Python one that every machine can run (``tests/unit/test_decode.py`` runs
+(``_convert.c``, see :mod:`multikafka.reader_agent._cconvert`) and a
+Python one that every machine can run (``tests/unit/test_convert.py`` runs
 both; ``docs/benchmarks.md`` has the numbers).
 """
 
@@ -29,8 +30,8 @@ import pyarrow as pa
 from confluent_kafka import Message as KafkaMessage
 
 from multikafka.core import env
-from multikafka.reader_agent import _cdecode
-from multikafka.reader_agent._cdecode import CompiledDecoder
+from multikafka.reader_agent import _cconvert
+from multikafka.reader_agent._cconvert import CompiledConverter
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ SPARK_DDL_WITH_HEADERS = (
 
 
 class Message(Protocol):
-    """What decoding reads of a ``confluent_kafka.Message``. Both decoders
+    """What conversion reads of a ``confluent_kafka.Message``. Both converters
     are fastest on the real class; other objects go through the methods."""
 
     def topic(self) -> str | None: ...
@@ -80,7 +81,7 @@ PartitionIndex = tuple[list[tuple[str, int]], np.ndarray]
 
 @dataclass
 class Columns:
-    """Decoded records of one batch, column-wise (Spark's Kafka schema)."""
+    """Converted records of one batch, column-wise (Spark's Kafka schema)."""
 
     key: pa.Array
     value: pa.Array
@@ -142,7 +143,7 @@ class Columns:
 
 
 class _IndexedColumns(Columns):
-    """Columns whose decoder also found :meth:`partitions` and each
+    """Columns whose converter also found :meth:`partitions` and each
     partition's last record on the way. Not a dataclass of its own, so
     ``dataclasses.fields`` and ``filter`` (which builds plain ``Columns``)
     never carry an index that no longer matches the rows."""
@@ -168,26 +169,26 @@ class _IndexedColumns(Columns):
         return self._last_records(pairs, range(len(pairs)), self._last)
 
 
-#: The decoders :func:`decode` can use; ``MULTIKAFKA_DECODER`` picks one.
-DECODERS = ("auto", "python", "c", "c-accessors")
+#: The converters :func:`convert` can use; ``MULTIKAFKA_CONVERTER`` picks one.
+CONVERTERS = ("auto", "python", "c", "c-accessors")
 
 
-def decode(
-    msgs: Sequence[Message], *, include_headers: bool, decoder: str | None = None
+def convert(
+    msgs: Sequence[Message], *, include_headers: bool, converter: str | None = None
 ) -> Columns:
     """Kafka messages (without errors) as Arrow columns.
 
-    ``decoder`` (default: ``MULTIKAFKA_DECODER``, else ``auto``) is one of
-    :data:`DECODERS`: ``auto`` reads confluent-kafka's struct with the
-    compiled decoder when it is built and its layout checks passed, else
-    decodes in Python; ``python``; ``c``, the compiled decoder (an error if it
+    ``converter`` (default: ``MULTIKAFKA_CONVERTER``, else ``auto``) is one of
+    :data:`CONVERTERS`: ``auto`` reads confluent-kafka's struct with the
+    compiled converter when it is built and its layout checks passed, else
+    converts in Python; ``python``; ``c``, the compiled converter (an error if it
     is not built), through the accessors if the layout checks failed;
-    ``c-accessors``, the compiled decoder through the accessors only. A batch
-    the compiled decoder cannot take (see :meth:`CompiledDecoder.decode`) is
-    decoded in Python."""
-    compiled = _compiled(decoder or env.get(env.DECODER) or "auto")
+    ``c-accessors``, the compiled converter through the accessors only. A batch
+    the compiled converter cannot take (see :meth:`CompiledConverter.convert`) is
+    converted in Python."""
+    compiled = _compiled(converter or _configured())
     if compiled is not None and isinstance(msgs, list):
-        got = compiled.decode(msgs)
+        got = compiled.convert(msgs)
         if got is not None:
             return _IndexedColumns(
                 key=got.key,
@@ -201,28 +202,37 @@ def decode(
                 index=(got.pairs, got.codes),
                 last=got.last,
             )
-    return decode_python(msgs, include_headers=include_headers)
+    return convert_python(msgs, include_headers=include_headers)
 
 
-def active_decoder(decoder: str | None = None) -> str:
-    """What :func:`decode` uses for ``decoder`` (default: the environment):
+def active_converter(converter: str | None = None) -> str:
+    """What :func:`convert` uses for ``converter`` (default: the environment):
     ``python``, ``c-direct`` or ``c-accessors``."""
-    compiled = _compiled(decoder or env.get(env.DECODER) or "auto")
+    compiled = _compiled(converter or _configured())
     return "python" if compiled is None else compiled.name
 
 
-def _compiled(name: str) -> CompiledDecoder | None:
-    if name not in DECODERS:
-        raise ValueError(f"{env.DECODER}={name!r}: expected one of {', '.join(DECODERS)}")
+def _configured() -> str:
+    """The converter the environment names (``MULTIKAFKA_CONVERTER``, or
+    its earlier name ``MULTIKAFKA_DECODER``), else ``auto``."""
+    return env.get(env.CONVERTER) or env.get(env.CONVERTER_EARLIER) or "auto"
+
+
+def _compiled(name: str) -> CompiledConverter | None:
+    if name not in CONVERTERS:
+        raise ValueError(f"{env.CONVERTER}={name!r}: expected one of {', '.join(CONVERTERS)}")
     if name == "python":
         return None
     found, why = _load_compiled()
     if found is None:
         if name != "auto":
-            raise RuntimeError(f"{env.DECODER}={name}: {why} (pip install -e . builds it)")
+            raise RuntimeError(
+                f"{env.CONVERTER}={name}: {why} (installing multikafka-reader with a C "
+                "compiler and the Python headers builds it)"
+            )
         return None
     if name == "auto":
-        # Through the accessors the compiled decoder saves little (docs/benchmarks.md).
+        # Through the accessors the compiled converter saves little (docs/benchmarks.md).
         return found if found.direct else None
     if name == "c-accessors" and found.direct:
         return _accessors_only(found)
@@ -230,17 +240,17 @@ def _compiled(name: str) -> CompiledDecoder | None:
 
 
 @functools.cache
-def _load_compiled() -> tuple[CompiledDecoder | None, str]:
-    found, why = _cdecode.load()
+def _load_compiled() -> tuple[CompiledConverter | None, str]:
+    found, why = _cconvert.load()
     if why:
         logger.warning(
-            "compiled decoder: %s", why, extra={"decoder": found.name if found else "python"}
+            "compiled converter: %s", why, extra={"converter": found.name if found else "python"}
         )
     return found, why
 
 
 @functools.cache
-def _accessors_only(found: CompiledDecoder) -> CompiledDecoder:
+def _accessors_only(found: CompiledConverter) -> CompiledConverter:
     return dataclasses.replace(found, direct=False)
 
 
@@ -248,17 +258,17 @@ def _headers(msgs: Sequence[Message]) -> pa.Array:
     return pa.array([m.headers() for m in msgs], HEADERS_TYPE)
 
 
-def decode_python(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
-    """The Python decoder: one pass per field, through confluent-kafka's
+def convert_python(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
+    """The Python converter: one pass per field, through confluent-kafka's
     unbound accessors (``map(Message.value, msgs)`` calls the C method with no
     Python frame per record), numbers straight into numpy arrays."""
     try:
-        return _decode_fields(msgs, include_headers, _ACCESSORS)
+        return _convert_fields(msgs, include_headers, _ACCESSORS)
     except TypeError:  # not confluent_kafka Messages (the descriptors check)
-        return _decode_fields(msgs, include_headers, _CALLERS)
+        return _convert_fields(msgs, include_headers, _CALLERS)
 
 
-def _decode_fields(
+def _convert_fields(
     msgs: Sequence[Message], include_headers: bool, get: dict[str, Callable[[Any], Any]]
 ) -> Columns:
     n = len(msgs)
@@ -298,7 +308,7 @@ _CALLERS: dict[str, Callable[[Any], Any]] = {f: methodcaller(f) for f in _FIELDS
 
 
 def record_batch(cols: Columns, cluster: str, *, include_headers: bool) -> pa.RecordBatch:
-    """One Arrow batch from decoded columns; the cluster column is built
+    """One Arrow batch from converted columns; the cluster column is built
     without touching individual records."""
     n = len(cols)
     cluster_col = pa.array([cluster], pa.string()).take(pa.array(np.zeros(n, np.int32)))
@@ -313,7 +323,7 @@ def record_batch(cols: Columns, cluster: str, *, include_headers: bool) -> pa.Re
     ]
     if include_headers:
         if cols.headers is None:
-            raise ValueError("headers were not decoded")
+            raise ValueError("headers were not converted")
         return pa.RecordBatch.from_arrays(
             [*arrays, cols.headers, cluster_col], schema=SCHEMA_WITH_HEADERS
         )

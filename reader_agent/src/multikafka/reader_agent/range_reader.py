@@ -1,7 +1,7 @@
 """Reading exact Kafka offset ranges of one cluster: :class:`KafkaRangeReader`,
 one reused confluent-kafka ``Consumer`` that ``assign``s exact ranges,
 ``consume``s in large batches and hands them to
-:func:`multikafka.reader_agent.arrow.decode`. It never subscribes or joins a
+:func:`multikafka.reader_agent.arrow.convert`. It never subscribes or joins a
 group. :class:`RangeReader` is the protocol the agent's fakes implement too.
 """
 
@@ -69,7 +69,7 @@ _batches = 0
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a batch is consumed and
-    decoded. librdkafka messages are GC-tracked objects; tens of thousands of
+    converted. librdkafka messages are GC-tracked objects; tens of thousands of
     them in flight made young-generation collections about half of the read
     time. They form no reference cycles (reference counting frees them), and
     the pause never spans a ``yield`` into the caller's code.
@@ -198,7 +198,7 @@ class KafkaRangeReader:
                         self._drop_errors(msgs, pending, outcome, fail_on_data_loss) if msgs else []
                     )
                     cols = (
-                        self._decode(good, pending, nxt, ends, outcome, include_headers)
+                        self._convert(good, pending, nxt, ends, outcome, include_headers)
                         if good
                         else None
                     )
@@ -238,7 +238,7 @@ class KafkaRangeReader:
             self._forget(list(failed))  # where those stand is not known
             if good:
                 with _collector_paused():
-                    cols = arrow.decode(good, include_headers=include_headers)
+                    cols = arrow.convert(good, include_headers=include_headers)
                     del msgs, good
                 self._keep_leftovers(cols, ends)
             self._unassign(list(self._assigned))
@@ -454,7 +454,7 @@ class KafkaRangeReader:
             outcome.lost += r.until - pos
             self._finish(pending, key)
 
-    def _decode(
+    def _convert(
         self,
         msgs: list[Any],
         pending: dict[Key, SplitRange],
@@ -463,7 +463,7 @@ class KafkaRangeReader:
         outcome: ReadOutcome,
         include_headers: bool,
     ) -> Columns | None:
-        cols = arrow.decode(msgs, include_headers=include_headers)
+        cols = arrow.convert(msgs, include_headers=include_headers)
         pairs, codes = cols.partitions()
         keys = list(pending)
         positions = self._consumer.position([TopicPartition(t, p) for t, p in keys])

@@ -115,7 +115,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         async for ack in requests:
             d = self._c.leading()  # a deposed replica ends the call: the agent moves
             if not isinstance(ack, reader_pb2.AckRequest):
-                raise ValidationError("request", "an acknowledgement that does not decode")
+                raise ValidationError("request", "an acknowledgement that does not parse")
             if not agent_id:
                 agent_id = validate_id(ack.agent_id, "agent_id", required=True)
             elif ack.agent_id != agent_id:

@@ -6,8 +6,8 @@ in trailing metadata whose size is limited). A standby's
 :class:`NotLeaderError` also names the leader in the trailing metadata, for
 clients to move there. Anything else is logged and becomes ``INTERNAL``.
 
-Request bytes that do not decode (not protobuf, or a string field that is
-not UTF-8) fail before a service method runs; :class:`DecodeInterceptor`
+Request bytes that do not parse (not protobuf, or a string field that is
+not UTF-8) fail before a service method runs; :class:`ParseInterceptor`
 answers them ``INVALID_ARGUMENT`` rather than grpcio's ``UNKNOWN``.
 """
 
@@ -76,8 +76,8 @@ def handler_like(
     )
 
 
-class _Undecodable:
-    """What a request that did not decode is handed on as."""
+class _Unparsed:
+    """What a request that did not parse is handed on as."""
 
     __slots__ = ("error",)
 
@@ -86,7 +86,7 @@ class _Undecodable:
 
 
 def safe_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    """``deserialize`` answering bytes that do not decode with a marker
+    """``deserialize`` answering bytes that do not parse with a marker
     instead of raising (the method refuses the marker)."""
     if deserialize is None:
         return None
@@ -95,21 +95,21 @@ def safe_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[b
         try:
             return deserialize(data)
         except Exception as exc:
-            return _Undecodable(exc)
+            return _Unparsed(exc)
 
     return safe
 
 
-async def _refuse_undecodable(request: _Undecodable, context: Ctx, method: str) -> NoReturn:
+async def _refuse_unparsed(request: _Unparsed, context: Ctx, method: str) -> NoReturn:
     await context.abort(
         grpc.StatusCode.INVALID_ARGUMENT,
-        clip(f"the request to {method} does not decode: {request.error}"),
+        clip(f"the request to {method} does not parse: {request.error}"),
     )
     raise AssertionError("unreachable: context.abort raises")
 
 
-class DecodeInterceptor(grpc.aio.ServerInterceptor):
-    """Answers requests to ``prefix`` methods that do not decode with
+class ParseInterceptor(grpc.aio.ServerInterceptor):
+    """Answers requests to ``prefix`` methods that do not parse with
     ``INVALID_ARGUMENT`` (unary and server-streaming methods)."""
 
     def __init__(self, prefix: str) -> None:
@@ -131,13 +131,13 @@ class DecodeInterceptor(grpc.aio.ServerInterceptor):
         behavior_stream: Any = handler.unary_stream
 
         async def unary(request: Any, context: Ctx) -> Any:
-            if isinstance(request, _Undecodable):
-                await _refuse_undecodable(request, context, method)
+            if isinstance(request, _Unparsed):
+                await _refuse_unparsed(request, context, method)
             return await behavior(request, context)
 
         async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
-            if isinstance(request, _Undecodable):
-                await _refuse_undecodable(request, context, method)
+            if isinstance(request, _Unparsed):
+                await _refuse_unparsed(request, context, method)
             async for item in behavior_stream(request, context):
                 yield item
 

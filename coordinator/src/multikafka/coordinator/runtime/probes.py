@@ -21,7 +21,7 @@ from typing import Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
-class Replica(Protocol):
+class Probed(Protocol):
     """What the probes read of the coordinator (simple attributes: this runs
     on the listener's threads)."""
 
@@ -38,7 +38,7 @@ class Replica(Protocol):
 class ProbeServer:
     """Serves the endpoints above on ``host:port`` from a daemon thread."""
 
-    def __init__(self, listen: str, replica: Replica, registry: CollectorRegistry) -> None:
+    def __init__(self, listen: str, replica: Probed, registry: CollectorRegistry) -> None:
         host, _, port = listen.rpartition(":")
 
         class Handler(BaseHTTPRequestHandler):

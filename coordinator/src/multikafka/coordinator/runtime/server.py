@@ -28,7 +28,7 @@ from multikafka.coordinator.api.admin import AdminService
 from multikafka.coordinator.api.auth import AuthInterceptor
 from multikafka.coordinator.api.planner import PlannerService
 from multikafka.coordinator.api.reader import ReaderService, add_reader_service
-from multikafka.coordinator.api.rpc import DecodeInterceptor
+from multikafka.coordinator.api.rpc import ParseInterceptor
 from multikafka.coordinator.clusters.discovery import MetadataClientFactory
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
 from multikafka.coordinator.config import CoordinatorConfig, TlsFiles
@@ -249,7 +249,7 @@ class Coordinator:
                 AuthInterceptor(
                     self.config.admin_token, self.config.reader_token, mtls=self.config.mtls
                 ),
-                DecodeInterceptor("/multikafka.v1."),
+                ParseInterceptor("/multikafka.v1."),
             ],
             options=[
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),

@@ -1,8 +1,8 @@
 /*
- * multikafka_core._decode: confluent_kafka Messages -> Arrow buffers, in one
+ * multikafka.reader_agent._convert: confluent_kafka Messages -> Arrow buffers, in one
  * walk over the list, without a Python object per field per record.
  *
- * Python (multikafka_core/_decoders.py) wraps the returned buffers with
+ * Python (multikafka/reader_agent/_cconvert.py) wraps the returned buffers with
  * pyarrow.Array.from_buffers. Two ways to read a message:
  *
  *  - direct: read the fields of confluent-kafka-python's C struct `Message`
@@ -16,7 +16,7 @@
  *
  * Anything unusual (an object that is not a Message, a field that is not
  * bytes/str, a missing partition or offset, more than 2 GiB of keys or
- * values) makes `decode` return None, and Python decodes that batch itself.
+ * values) makes `convert` return None, and Python converts that batch itself.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -258,8 +258,8 @@ static PyObject *new_bitmap(Py_ssize_t n, Py_ssize_t nulls, uint8_t **bits) {
     return b;
 }
 
-PyDoc_STRVAR(decode_doc,
-"decode(msgs, direct) -> tuple | None\n\n"
+PyDoc_STRVAR(convert_doc,
+"convert(msgs, direct) -> tuple | None\n\n"
 "The columns of `msgs` (a list of confluent_kafka.Message without errors) as\n"
 "buffers: (key_validity, key_nulls, key_offsets, key_data, value_validity,\n"
 "value_nulls, value_offsets, value_data, topics, topic_codes, partitions,\n"
@@ -267,9 +267,9 @@ PyDoc_STRVAR(decode_doc,
 "Validity bitmaps are None when nothing is null; offsets are int32; codes\n"
 "int32 indexes into `topics` (distinct names) and `pairs` (distinct\n"
 "(topic, partition), first seen first); pair_last is the index of each\n"
-"pair's last record. None when the batch needs the Python decoder.");
+"pair's last record. None when the batch needs the Python converter.");
 
-static PyObject *decode(PyObject *self, PyObject *args) {
+static PyObject *convert(PyObject *self, PyObject *args) {
     PyObject *list, *msgs = NULL, *out = NULL;
     int direct;
     Py_ssize_t n, i;
@@ -287,7 +287,7 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     int32_t *pair_last = NULL;
     Py_ssize_t pair_last_cap = 0;
 
-    if (!PyArg_ParseTuple(args, "O!p:decode", &PyList_Type, &list, &direct))
+    if (!PyArg_ParseTuple(args, "O!p:convert", &PyList_Type, &list, &direct))
         return NULL;
     if (!message_type) {
         PyErr_SetString(PyExc_RuntimeError, "configure() was not called");
@@ -548,7 +548,7 @@ static PyObject *check_layout(PyObject *self, PyObject *noargs) {
 }
 
 static PyMethodDef methods[] = {
-    {"decode", decode, METH_VARARGS, decode_doc},
+    {"convert", convert, METH_VARARGS, convert_doc},
     {"configure", configure, METH_VARARGS, configure_doc},
     {"check_layout", check_layout, METH_NOARGS, check_layout_doc},
     {NULL, NULL, 0, NULL},
@@ -556,10 +556,10 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "_decode",
-    .m_doc = "confluent_kafka Messages -> Arrow buffers (see multikafka_core/_decoders.py).",
+    .m_name = "_convert",
+    .m_doc = "confluent_kafka Messages -> Arrow buffers (see multikafka/reader_agent/_cconvert.py).",
     .m_size = -1,
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__decode(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__convert(void) { return PyModule_Create(&module); }

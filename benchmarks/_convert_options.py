@@ -4,7 +4,7 @@
 stream is produced: it consumes up to ``records`` messages into memory (the
 product's fetch settings and batch size, garbage collector paused as the
 product pauses it) and then, alternating, ``repeat`` times each, times what
-each option costs a Python worker per batch: decoding, the range bookkeeping
+each option costs a Python worker per batch: conversion, the range bookkeeping
 (:meth:`Columns.partitions`, :meth:`Columns.last_per_partition`) and the
 ``RecordBatch`` handed to Spark. CPU time of this thread only (no librdkafka
 thread runs meanwhile: the messages are already consumed).
@@ -41,7 +41,7 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, batch: in
             **READER_DEFAULTS,
             **TANSU_PROPERTIES,
             "bootstrap.servers": bootstrap,
-            "group.id": "bench-decode-options",
+            "group.id": "bench-convert-options",
         }
     )
     out: Batches = []
@@ -61,8 +61,8 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, batch: in
     return out
 
 
-def decode_before(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
-    """The decoder as it was before issue 8 (commit 29338c5), for reference:
+def convert_before(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
+    """The converter as it was before issue 8 (commit 29338c5), for reference:
     a list comprehension per field, timestamps through a list of tuples."""
     ts = np.array([m.timestamp() for m in msgs], np.int64).reshape(-1, 2)
     return Columns(
@@ -77,8 +77,8 @@ def decode_before(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
     )
 
 
-def decode_pruned(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
-    """The Python decoder without the column a query reading only ``value``
+def convert_pruned(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
+    """The Python converter without the column a query reading only ``value``
     would not need: the key (the timestamp type is free: it comes in the
     timestamp's tuple). topic, partition, offset and timestamp stay: the
     range bookkeeping and the read marks need them."""
@@ -96,31 +96,34 @@ def decode_pruned(msgs: Sequence[Message], *, include_headers: bool) -> Columns:
     )
 
 
-def _with_decoder(name: str, headers: bool = False) -> Callable[[list[Message]], Columns]:
-    return lambda msgs: arrow.decode(msgs, include_headers=headers, decoder=name)
+def _with_converter(name: str, headers: bool = False) -> Callable[[list[Message]], Columns]:
+    return lambda msgs: arrow.convert(msgs, include_headers=headers, converter=name)
 
 
-#: option -> (what it is, how a batch is decoded). Every option then runs
+#: option -> (what it is, how a batch is converted). Every option then runs
 #: the same bookkeeping and builds the same RecordBatch.
 OPTIONS: dict[str, tuple[str, Callable[[list[Message]], Columns]]] = {
     "before": (
-        "decoder before issue 8: comprehensions, timestamps via tuples",
-        lambda msgs: decode_before(msgs, include_headers=False),
+        "converter before issue 8: comprehensions, timestamps via tuples",
+        lambda msgs: convert_before(msgs, include_headers=False),
     ),
-    "python": ("Python decoder: unbound accessors, numpy from iterators", _with_decoder("python")),
+    "python": (
+        "Python converter: unbound accessors, numpy from iterators",
+        _with_converter("python"),
+    ),
     "python_pruned": (
         "same, skipping the key (what column pruning could save)",
-        lambda msgs: decode_pruned(msgs, include_headers=False),
+        lambda msgs: convert_pruned(msgs, include_headers=False),
     ),
-    "python_headers": ("Python decoder, includeHeaders=true", _with_decoder("python", True)),
-    "c_accessors": ("C extension calling the accessor methods", _with_decoder("c-accessors")),
-    "c_direct": ("C extension reading the Message struct", _with_decoder("c")),
-    "c_direct_headers": ("same, includeHeaders=true", _with_decoder("c", True)),
+    "python_headers": ("Python converter, includeHeaders=true", _with_converter("python", True)),
+    "c_accessors": ("C extension calling the accessor methods", _with_converter("c-accessors")),
+    "c_direct": ("C extension reading the Message struct", _with_converter("c")),
+    "c_direct_headers": ("same, includeHeaders=true", _with_converter("c", True)),
 }
 
 
-def _step(decode: Callable[[list[Message]], Columns], msgs: list[Message]) -> pa.RecordBatch:
-    cols = decode(msgs)
+def _step(convert: Callable[[list[Message]], Columns], msgs: list[Message]) -> pa.RecordBatch:
+    cols = convert(msgs)
     index = cols.partitions()
     cols.last_per_partition(index)
     return arrow.record_batch(cols, "east", include_headers=cols.headers is not None)
@@ -151,21 +154,21 @@ def measure_options(
     Arrow stream pyspark sends to the JVM."""
     records = sum(len(b) for b in batches)
     available = {k: v for k, v in OPTIONS.items() if k.startswith(("before", "python"))}
-    if arrow.active_decoder("auto") != "python":
+    if arrow.active_converter("auto") != "python":
         available = OPTIONS
     per: dict[str, list[float]] = {k: [] for k in [*available, "value_copy", "arrow_ipc"]}
     was = gc.isenabled()
-    gc.disable()  # as the product decodes: collector paused
+    gc.disable()  # as the product converts: collector paused
     try:
         rbs: list[pa.RecordBatch] = []
-        for _, decode in available.values():  # warm-up: allocator, caches
-            rbs = [_step(decode, msgs) for msgs in batches]
+        for _, convert in available.values():  # warm-up: allocator, caches
+            rbs = [_step(convert, msgs) for msgs in batches]
         sink = pa.allocate_buffer(_ipc_size(rbs))
         for _ in range(repeat):
-            for name, (_, decode) in available.items():
+            for name, (_, convert) in available.items():
                 t0 = time.thread_time()
                 for msgs in batches:
-                    _step(decode, msgs)
+                    _step(convert, msgs)
                 per[name].append(time.thread_time() - t0)
                 if on_step:
                     on_step()
@@ -187,7 +190,7 @@ def measure_options(
         "what": {k: v[0] for k, v in available.items()}
         | {
             "value_copy": "copying the value bytes into an Arrow buffer (the copy zero-copy would save)",
-            "arrow_ipc": "writing the batches as an Arrow stream (pyspark's part, any decoder)",
+            "arrow_ipc": "writing the batches as an Arrow stream (pyspark's part, any converter)",
         },
         "cpu_s_per_million": {k: summary([v * scale for v in vs]) for k, vs in per.items()},
         "runs": {k: [v * scale for v in vs] for k, vs in per.items()},

@@ -1,11 +1,11 @@
-"""Decoding confluent-kafka messages into Arrow columns: every decoder gives
+"""Converting confluent-kafka messages into Arrow columns: every converter gives
 the same columns, the compiled one is really used where it should be, and
-batches it cannot take go to the Python decoder.
+batches it cannot take go to the Python converter.
 
 The messages are real ``confluent_kafka.Message`` objects (this version of
-confluent-kafka can construct one), so the compiled decoder reads the same
+confluent-kafka can construct one), so the compiled converter reads the same
 struct here as on consumed messages; ``tests/integration/test_range_reader.py``
-runs both decoders on consumed ones.
+runs both converters on consumed ones.
 """
 
 from __future__ import annotations
@@ -22,12 +22,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multikafka.core import env
-from multikafka.reader_agent import _cdecode, arrow
-from multikafka.reader_agent.arrow import SCHEMA, SCHEMA_WITH_HEADERS, Columns, decode, record_batch
+from multikafka.reader_agent import _cconvert, arrow
+from multikafka.reader_agent.arrow import (
+    SCHEMA,
+    SCHEMA_WITH_HEADERS,
+    Columns,
+    convert,
+    record_batch,
+)
 
-#: The decoders every test runs: Python and both modes of the compiled one
+#: The converters every test runs: Python and both modes of the compiled one
 #: (a missing build fails them: CI has a compiler).
-DECODERS = ["python", "c", "c-accessors"]
+CONVERTERS = ["python", "c", "c-accessors"]
 
 
 def msg(
@@ -62,14 +68,14 @@ def sample() -> list[Message]:
     ]
 
 
-@pytest.fixture(params=DECODERS)
-def decoder(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=CONVERTERS)
+def converter(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
 
 
-def test_every_field_of_every_record(decoder: str) -> None:
-    cols = decode(sample(), include_headers=True, decoder=decoder)
+def test_every_field_of_every_record(converter: str) -> None:
+    cols = convert(sample(), include_headers=True, converter=converter)
     assert cols.key.to_pylist() == [b"a", None, b"", b"\x00\xff", b"b", None]
     assert cols.value.to_pylist() == [b"x" * 100, b"", None, b"\x00", b"y", None]
     assert cols.topic.to_pylist() == ["orders"] * 3 + ["refunds", "orders", "refunds"]
@@ -100,22 +106,26 @@ def test_every_field_of_every_record(decoder: str) -> None:
 
 
 @pytest.mark.parametrize("headers", [False, True])
-def test_the_batch_has_spark_schema_and_equals_the_python_one(decoder: str, headers: bool) -> None:
+def test_the_batch_has_spark_schema_and_equals_the_python_one(
+    converter: str, headers: bool
+) -> None:
     batch = record_batch(
-        decode(sample(), include_headers=headers, decoder=decoder), "east", include_headers=headers
+        convert(sample(), include_headers=headers, converter=converter),
+        "east",
+        include_headers=headers,
     )
     batch.validate(full=True)
     assert batch.schema.equals(SCHEMA_WITH_HEADERS if headers else SCHEMA)
-    python = decode(sample(), include_headers=headers, decoder="python")
+    python = convert(sample(), include_headers=headers, converter="python")
     assert batch.equals(record_batch(python, "east", include_headers=headers))
 
 
-def test_headers_only_when_asked(decoder: str) -> None:
-    assert decode(sample(), include_headers=False, decoder=decoder).headers is None
+def test_headers_only_when_asked(converter: str) -> None:
+    assert convert(sample(), include_headers=False, converter=converter).headers is None
 
 
-def test_partitions_and_their_last_records(decoder: str) -> None:
-    cols = decode(sample(), include_headers=False, decoder=decoder)
+def test_partitions_and_their_last_records(converter: str) -> None:
+    cols = convert(sample(), include_headers=False, converter=converter)
     pairs, codes = cols.partitions()
     assert [pairs[c] for c in codes] == [
         ("orders", 0),
@@ -133,9 +143,9 @@ def test_partitions_and_their_last_records(decoder: str) -> None:
     }
 
 
-def test_filtered_columns_forget_the_decoders_index(decoder: str) -> None:
+def test_filtered_columns_forget_the_converters_index(converter: str) -> None:
     """After a filter, the partitions and last records are those of the rows kept."""
-    cols = decode(sample(), include_headers=False, decoder=decoder)
+    cols = convert(sample(), include_headers=False, converter=converter)
     pairs, codes = cols.partitions()
     keep = np.array([True, False, True, True, False, False])
     # as KafkaRangeReader does: the same pairs, the codes of the rows kept
@@ -150,18 +160,20 @@ def test_filtered_columns_forget_the_decoders_index(decoder: str) -> None:
     assert [kept_pairs[c] for c in kept_codes] == [("orders", 0), ("orders", 0), ("refunds", 0)]
 
 
-def test_no_messages(decoder: str) -> None:
-    cols = decode([], include_headers=True, decoder=decoder)
+def test_no_messages(converter: str) -> None:
+    cols = convert([], include_headers=True, converter=converter)
     assert len(cols) == 0
     assert cols.last_per_partition(cols.partitions()) == {}
     assert record_batch(cols, "east", include_headers=True).schema.equals(SCHEMA_WITH_HEADERS)
 
 
-def test_a_message_without_partition_or_offset_is_a_null(decoder: str) -> None:
-    """Never seen on consumed messages; the compiled decoder hands such a
+def test_a_message_without_partition_or_offset_is_a_null(converter: str) -> None:
+    """Never seen on consumed messages; the compiled converter hands such a
     batch to the Python one, which keeps them as nulls."""
-    cols = decode(
-        [msg(offset=3), msg(partition=None, offset=None)], include_headers=False, decoder=decoder
+    cols = convert(
+        [msg(offset=3), msg(partition=None, offset=None)],
+        include_headers=False,
+        converter=converter,
     )
     assert cols.partition.to_pylist() == [0, None]
     assert cols.offset.to_pylist() == [3, None]
@@ -177,14 +189,14 @@ class LookAlike:
         return getattr(self._m, name)
 
 
-def test_objects_that_only_look_like_messages(decoder: str) -> None:
+def test_objects_that_only_look_like_messages(converter: str) -> None:
     msgs = sample()
     mixed: list[Any] = [*msgs[:3], LookAlike(msgs[3]), *msgs[4:]]
     got = record_batch(
-        decode(mixed, include_headers=True, decoder=decoder), "e", include_headers=True
+        convert(mixed, include_headers=True, converter=converter), "e", include_headers=True
     )
     want = record_batch(
-        decode(msgs, include_headers=True, decoder="python"), "e", include_headers=True
+        convert(msgs, include_headers=True, converter="python"), "e", include_headers=True
     )
     assert got.equals(want)
 
@@ -207,10 +219,10 @@ messages = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(msgs=messages)
-def test_the_compiled_decoder_equals_the_python_one(msgs: list[Message]) -> None:
-    want = decode(msgs, include_headers=True, decoder="python")
+def test_the_compiled_converter_equals_the_python_one(msgs: list[Message]) -> None:
+    want = convert(msgs, include_headers=True, converter="python")
     for name in ("c", "c-accessors"):
-        got = decode(msgs, include_headers=True, decoder=name)
+        got = convert(msgs, include_headers=True, converter=name)
         for field in (
             "key",
             "value",
@@ -229,43 +241,48 @@ def test_the_compiled_decoder_equals_the_python_one(msgs: list[Message]) -> None
         )
 
 
-# -- choosing the decoder -------------------------------------------------------
+# -- choosing the converter -------------------------------------------------------
 
 
-def test_the_compiled_decoder_reads_the_struct_here() -> None:
+def test_the_compiled_converter_reads_the_struct_here() -> None:
     """On the confluent-kafka this project pins, the struct mirror matches:
     ``auto`` (the default) reads it directly."""
-    found, why = _cdecode.load()
+    found, why = _cconvert.load()
     assert found is not None, why
     assert found.direct, why
-    assert arrow.active_decoder("auto") == "c-direct"
-    assert arrow.active_decoder("c") == "c-direct"
-    assert arrow.active_decoder("c-accessors") == "c-accessors"
+    assert arrow.active_converter("auto") == "c-direct"
+    assert arrow.active_converter("c") == "c-direct"
+    assert arrow.active_converter("c-accessors") == "c-accessors"
 
 
-def test_the_environment_picks_the_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(env.DECODER, "python")
-    assert arrow.active_decoder() == "python"
-    cols = decode(sample(), include_headers=False)
-    assert type(cols) is Columns  # the Python decoder's, without a ready index
-    monkeypatch.setenv(env.DECODER, "c")
-    assert arrow.active_decoder() == "c-direct"
-    assert type(decode(sample(), include_headers=False)) is not Columns
-    monkeypatch.delenv(env.DECODER)
-    assert arrow.active_decoder() == "c-direct"
+def test_the_environment_picks_the_converter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.CONVERTER, "python")
+    assert arrow.active_converter() == "python"
+    cols = convert(sample(), include_headers=False)
+    assert type(cols) is Columns  # the Python converter's, without a ready index
+    monkeypatch.setenv(env.CONVERTER, "c")
+    assert arrow.active_converter() == "c-direct"
+    assert type(convert(sample(), include_headers=False)) is not Columns
+    monkeypatch.delenv(env.CONVERTER)
+    assert arrow.active_converter() == "c-direct"
+    # The variable's earlier name still works, and the new one wins.
+    monkeypatch.setenv(env.CONVERTER_EARLIER, "python")
+    assert arrow.active_converter() == "python"
+    monkeypatch.setenv(env.CONVERTER, "c")
+    assert arrow.active_converter() == "c-direct"
 
 
-def test_an_unknown_decoder_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(env.DECODER, "fortran")
-    with pytest.raises(ValueError, match="MULTIKAFKA_DECODER='fortran'"):
-        decode(sample(), include_headers=False)
+def test_an_unknown_converter_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(env.CONVERTER, "fortran")
+    with pytest.raises(ValueError, match="MULTIKAFKA_CONVERTER='fortran'"):
+        convert(sample(), include_headers=False)
 
 
 def test_a_struct_of_another_size_is_not_read_directly() -> None:
     """``check_layout`` compares the type's size with the mirrored struct;
     the direct mode also refuses any object whose type is not exactly the
     configured one."""
-    from multikafka.reader_agent import _decode
+    from multikafka.reader_agent import _convert
 
     class Other:
         pass
@@ -273,45 +290,45 @@ def test_a_struct_of_another_size_is_not_read_directly() -> None:
     getters = (Message.topic, Message.partition, Message.offset, Message.timestamp)
     getters += (Message.key, Message.value, Message.error)
     try:
-        _decode.configure(Other, getters)
-        assert "bytes, the mirrored struct" in _decode.check_layout()
-        assert _decode.decode(sample(), True) is None
+        _convert.configure(Other, getters)
+        assert "bytes, the mirrored struct" in _convert.check_layout()
+        assert _convert.convert(sample(), True) is None
     finally:
-        _decode.configure(Message, getters)
-    assert _decode.check_layout() is None
-    assert _decode.decode(sample(), True) is not None
+        _convert.configure(Message, getters)
+    assert _convert.check_layout() is None
+    assert _convert.convert(sample(), True) is not None
 
 
-def test_without_the_extension_auto_decodes_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_extension_auto_converts_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine without a C compiler installs without the extension: reads
-    then decode in Python, and asking for the compiled decoder says why not."""
+    then convert in Python, and asking for the compiled converter says why not."""
     import multikafka.reader_agent as reader_agent
 
-    monkeypatch.delattr(reader_agent, "_decode")
-    monkeypatch.setitem(sys.modules, "multikafka.reader_agent._decode", None)  # import fails
-    found, why = _cdecode.load()
+    monkeypatch.delattr(reader_agent, "_convert")
+    monkeypatch.setitem(sys.modules, "multikafka.reader_agent._convert", None)  # import fails
+    found, why = _cconvert.load()
     assert found is None
     assert "not built" in why
     monkeypatch.setattr(arrow, "_load_compiled", lambda: (found, why))
-    assert arrow.active_decoder("auto") == "python"
-    assert type(decode(sample(), include_headers=False)) is Columns
-    with pytest.raises(RuntimeError, match="MULTIKAFKA_DECODER=c: the C decoder is not built"):
-        decode(sample(), include_headers=False, decoder="c")
+    assert arrow.active_converter("auto") == "python"
+    assert type(convert(sample(), include_headers=False)) is Columns
+    with pytest.raises(RuntimeError, match="MULTIKAFKA_CONVERTER=c: the C converter is not built"):
+        convert(sample(), include_headers=False, converter="c")
 
 
 def test_a_layout_that_failed_its_checks_is_not_read_directly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``auto`` then decodes in Python (the accessor mode saves little);
-    ``c`` still gets the compiled decoder, through the accessors."""
-    found, _ = _cdecode.load()
+    """``auto`` then converts in Python (the accessor mode saves little);
+    ``c`` still gets the compiled converter, through the accessors."""
+    found, _ = _cconvert.load()
     assert found is not None
     accessors = dataclasses.replace(found, direct=False)
     monkeypatch.setattr(arrow, "_load_compiled", lambda: (accessors, "size differs"))
-    assert arrow.active_decoder("auto") == "python"
-    assert arrow.active_decoder("c") == "c-accessors"
-    got = decode(sample(), include_headers=True, decoder="c")
-    want = decode(sample(), include_headers=True, decoder="python")
+    assert arrow.active_converter("auto") == "python"
+    assert arrow.active_converter("c") == "c-accessors"
+    got = convert(sample(), include_headers=True, converter="c")
+    want = convert(sample(), include_headers=True, converter="python")
     assert record_batch(got, "e", include_headers=True).equals(
         record_batch(want, "e", include_headers=True)
     )

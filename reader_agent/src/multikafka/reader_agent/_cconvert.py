@@ -1,4 +1,4 @@
-"""The compiled decoder (``multikafka_core/_decode.c``): loading it, checking
+"""The compiled converter (``_convert.c``): loading it, checking
 it reads confluent-kafka's ``Message`` right, and wrapping its buffers as
 Arrow arrays. :mod:`multikafka.reader_agent.arrow` decides when to use it.
 
@@ -23,7 +23,7 @@ import pyarrow as pa
 logger = logging.getLogger(__name__)
 
 
-class Decoded(NamedTuple):
+class Converted(NamedTuple):
     """One batch's columns as built by the extension."""
 
     key: pa.Array
@@ -53,7 +53,7 @@ def _fixed(type_: pa.DataType, n: int, data: bytes) -> pa.Array:
 
 
 @dataclass(frozen=True)
-class CompiledDecoder:
+class CompiledConverter:
     """The extension, configured for confluent-kafka's ``Message``."""
 
     module: Any
@@ -64,18 +64,18 @@ class CompiledDecoder:
     def name(self) -> str:
         return "c-direct" if self.direct else "c-accessors"
 
-    def decode(self, msgs: list[Any]) -> Decoded | None:
+    def convert(self, msgs: list[Any]) -> Converted | None:
         """The columns of ``msgs``, or None when this batch needs the Python
-        decoder (an object that is not a ``Message``, a message without
+        converter (an object that is not a ``Message``, a message without
         partition, offset or topic, over 2 GiB of keys or values)."""
-        out = self.module.decode(msgs, self.direct)
+        out = self.module.convert(msgs, self.direct)
         if out is None:
             return None
         (kvalid, knulls, koffs, kdata, vvalid, vnulls, voffs, vdata, topics, tcodes) = out[:10]
         (parts, offs, ts, tstypes, pairs, pcodes, plast) = out[10:]
         n = len(msgs)
         names = pa.array(topics, pa.string())
-        return Decoded(
+        return Converted(
             key=_binary(n, kvalid, knulls, koffs, kdata),
             value=_binary(n, vvalid, vnulls, voffs, vdata),
             # Built from the distinct names: no Python string per record.
@@ -91,7 +91,7 @@ class CompiledDecoder:
 
 
 def _samples() -> list[Any]:
-    """Messages whose every field the decoder reads has a distinct value
+    """Messages whose every field the converter reads has a distinct value
     (needs a confluent-kafka that can construct a ``Message``)."""
     from confluent_kafka import Message
 
@@ -108,9 +108,9 @@ def _samples() -> list[Any]:
     ]
 
 
-def _agrees(decoder: CompiledDecoder, msgs: list[Any]) -> bool:
-    """Whether ``decoder`` reads ``msgs`` as their accessors do."""
-    got = decoder.decode(msgs)
+def _agrees(converter: CompiledConverter, msgs: list[Any]) -> bool:
+    """Whether ``converter`` reads ``msgs`` as their accessors do."""
+    got = converter.convert(msgs)
     if got is None:
         return False
     times = [m.timestamp() for m in msgs]
@@ -125,15 +125,15 @@ def _agrees(decoder: CompiledDecoder, msgs: list[Any]) -> bool:
     )
 
 
-def load() -> tuple[CompiledDecoder | None, str]:
-    """The compiled decoder, direct if its checks pass; else the accessor
+def load() -> tuple[CompiledConverter | None, str]:
+    """The compiled converter, direct if its checks pass; else the accessor
     mode; else None. Also says why it is not direct (empty if it is)."""
     try:
         from confluent_kafka import Message
 
-        from multikafka.reader_agent import _decode
+        from multikafka.reader_agent import _convert
     except ImportError as exc:
-        return None, f"the C decoder is not built ({exc})"
+        return None, f"the C converter is not built ({exc})"
     getters = (
         Message.topic,
         Message.partition,
@@ -143,18 +143,18 @@ def load() -> tuple[CompiledDecoder | None, str]:
         Message.value,
         Message.error,
     )
-    _decode.configure(Message, getters)
-    accessors = CompiledDecoder(_decode, direct=False)
+    _convert.configure(Message, getters)
+    accessors = CompiledConverter(_convert, direct=False)
     try:
         samples = _samples()
     except TypeError as exc:  # a confluent-kafka that cannot build a Message
         return accessors, f"cannot build sample messages to check the layout ({exc})"
     if not _agrees(accessors, samples):
-        return None, "the C decoder's accessor mode misreads sample messages"
-    why = _decode.check_layout()
+        return None, "the C converter's accessor mode misreads sample messages"
+    why = _convert.check_layout()
     if why is not None:
         return accessors, why
-    direct = CompiledDecoder(_decode, direct=True)
+    direct = CompiledConverter(_convert, direct=True)
     if not _agrees(direct, samples):
         return accessors, "reading the Message struct directly gives other values than its methods"
     return direct, ""
