@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.leaks
 	$(PY) -m benchmarks.failover_gap
 	$(PY) -m benchmarks.takeover
+	$(PY) -m benchmarks.footprint
 
 ## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...).
 ## Needs no dev environment: pip builds each in an isolated one.
