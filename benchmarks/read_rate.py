@@ -365,10 +365,10 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     from multikafka.core.planner_client import PlannerClient
     from multikafka.core.transport import ConnectConfig
     from multikafka.reader_agent.plan import tasks_from_plan
-    from multikafka.spark.options import SourceOptions
+    from multikafka.spark.options import parse_options
     from multikafka.v1 import planner_pb2
 
-    defaults = SourceOptions.parse({"coordinator": address, "stream": STREAM}, streaming=False)
+    defaults = parse_options({"coordinator": address, "stream": STREAM}, streaming=False)
     client = PlannerClient(address, timeout_s=30)
     try:
         start, _ = client.resolve(STREAM, planner_pb2.Position(kind=planner_pb2.Position.EARLIEST))
@@ -648,7 +648,7 @@ def register_variant_source(
     Diagnostics, not product changes. Defined here in ``__main__``, so
     cloudpickle ships it to the workers."""
     from multikafka.spark import MultiKafkaDataSource
-    from multikafka.spark.options import SourceOptions
+    from multikafka.spark.options import parse_options
     from multikafka.spark.source import MultiKafkaStreamReader
 
     class VariantStreamReader(MultiKafkaStreamReader):
@@ -686,7 +686,7 @@ def register_variant_source(
             return name
 
         def streamReader(self, schema: Any) -> VariantStreamReader:
-            return VariantStreamReader(SourceOptions.parse(self.options, streaming=True))
+            return VariantStreamReader(parse_options(self.options, streaming=True))
 
     spark.dataSource.register(VariantSource)
     return name

@@ -172,7 +172,7 @@ def test_the_ca_travels_inside_tasks_as_pem(
     still reaches the coordinator over TLS."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from multikafka.spark.options import SourceOptions, connect_config
+    from multikafka.spark.options import NAMES, parse_options
     from multikafka.spark.source import MultiKafkaStreamReader
 
     s = _secured(make_coordinator, kafka, tmp_path)
@@ -192,7 +192,7 @@ def test_the_ca_travels_inside_tasks_as_pem(
         "coordinatorTokenFile": str(token_file),
         "minPartitions": "2",
     }
-    reader = MultiKafkaStreamReader(SourceOptions.parse(options, streaming=True))
+    reader = MultiKafkaStreamReader(parse_options(options, streaming=True))
     try:
         start = reader.initialOffset()
         end = reader.latestOffset(start, ReadAllAvailable())
@@ -215,7 +215,7 @@ def test_the_ca_travels_inside_tasks_as_pem(
     ca_file.unlink()
     token_file.unlink()
     with pytest.raises(ValidationError, match="cannot read"):
-        connect_config(SourceOptions.parse(options, streaming=True))
+        parse_options(options, streaming=True).connect_config(NAMES)
     received = pickle.loads(shipped)
     assert all(p.task.coordinator.tls_ca == ca_pem for p in received)
     agent = ReaderAgent(heartbeat_interval_s=0.5)

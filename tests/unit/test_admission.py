@@ -14,7 +14,7 @@ from multikafka.core import offsets as ov
 from multikafka.core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate, available_records
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.planner_client import LatestOffsets
-from multikafka.spark.options import SourceOptions
+from multikafka.spark.options import parse_options
 from multikafka.spark.source import MultiKafkaStreamReader
 
 
@@ -120,9 +120,7 @@ class FakePlanner:
 
 
 def stream_reader(planner: FakePlanner, clock: Clock, **options: str) -> MultiKafkaStreamReader:
-    opts = SourceOptions.parse(
-        {"coordinator": "127.0.0.1:1", "stream": "s", **options}, streaming=True
-    )
+    opts = parse_options({"coordinator": "127.0.0.1:1", "stream": "s", **options}, streaming=True)
     reader = MultiKafkaStreamReader(opts)
     reader._client = planner  # type: ignore[assignment]
     if reader._gate is not None:

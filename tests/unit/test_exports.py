@@ -49,7 +49,7 @@ PUBLIC = {
         "get_agent",
         "record_batch",
     ],
-    "multikafka.spark": ["MultiKafkaDataSource", "SourceOptions", "register"],
+    "multikafka.spark": ["MultiKafkaDataSource", "ReadOptions", "parse_options", "register"],
 }
 
 
@@ -78,7 +78,8 @@ def test_every_public_name_is_importable(package: str) -> None:
         ("multikafka", "parse_stream", "multikafka.core.validation"),
         ("multikafka.reader_agent", "ReaderAgent", "multikafka.reader_agent.agent"),
         ("multikafka.reader_agent", "record_batch", "multikafka.reader_agent.arrow"),
-        ("multikafka.spark", "SourceOptions", "multikafka.spark.options"),
+        ("multikafka.spark", "ReadOptions", "multikafka.reader_agent.options"),
+        ("multikafka.spark", "parse_options", "multikafka.spark.options"),
     ],
 )
 def test_public_names_are_the_implementations(package: str, name: str, home: str) -> None:

@@ -16,10 +16,11 @@ from multikafka.core.model import Connection
 from multikafka.core.positions import by_split
 from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent.agent import ReaderAgent
+from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.overrides import Overrides, check_overrides, with_overrides
 from multikafka.reader_agent.range_reader import KafkaRangeReader
 from multikafka.reader_agent.task import ReadTask
-from multikafka.spark.options import KNOWN, SourceOptions
+from multikafka.spark.options import KNOWN, parse_options
 from multikafka.v1 import reader_pb2
 from multikafka.v1.planner_pb2 import Position
 from tests.unit.test_agent import FakeFactory
@@ -27,8 +28,8 @@ from tests.unit.test_agent import FakeFactory
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
 
 
-def parse(streaming: bool = True, **options: str) -> SourceOptions:
-    return SourceOptions.parse({**BASE, **options}, streaming=streaming)
+def parse(streaming: bool = True, **options: str) -> ReadOptions:
+    return parse_options({**BASE, **options}, streaming=streaming)
 
 
 def refused(streaming: bool = True, **options: str) -> ValidationError:
@@ -55,13 +56,13 @@ def refused(streaming: bool = True, **options: str) -> ValidationError:
 )
 def test_max_trigger_delay_takes_sparks_durations(delay: str, seconds: float) -> None:
     o = parse(minOffsetsPerTrigger="100", maxTriggerDelay=delay)
-    assert o.min_offsets_per_trigger == 100
-    assert o.max_trigger_delay_s == pytest.approx(seconds)
+    assert o.min_records_per_batch == 100
+    assert o.max_batch_delay_s == pytest.approx(seconds)
 
 
 def test_max_trigger_delay_defaults_to_15_minutes() -> None:
-    assert parse(minOffsetsPerTrigger="1").max_trigger_delay_s == 900.0
-    assert parse().min_offsets_per_trigger is None
+    assert parse(minOffsetsPerTrigger="1").max_batch_delay_s == 900.0
+    assert parse().min_records_per_batch is None
 
 
 @pytest.mark.parametrize("delay", ["1.5s", "fast", "10 weeks", "-5s", ""])
@@ -75,7 +76,7 @@ def test_min_above_max_is_refused() -> None:
     err = refused(minOffsetsPerTrigger="101", maxOffsetsPerTrigger="100")
     assert err.field == "option minoffsetspertrigger"
     assert "must not exceed the maximum" in err.problem
-    assert parse(minOffsetsPerTrigger="100", maxOffsetsPerTrigger="100").max_offsets_per_trigger
+    assert parse(minOffsetsPerTrigger="100", maxOffsetsPerTrigger="100").max_records_per_batch
 
 
 def test_delay_without_min_is_refused() -> None:

@@ -1,4 +1,4 @@
-"""Options of the ``multikafka`` Spark source (multikafka.spark.options.SourceOptions)."""
+"""Options of the ``multikafka`` Spark source (multikafka.spark.options.parse_options into ReadOptions)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,22 @@ import pytest
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.positions import by_split
 from multikafka.reader_agent.arrow import SPARK_DDL
+from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.payloads import Mode, PayloadDecoding
-from multikafka.spark.options import KNOWN, SourceOptions
+from multikafka.spark.options import KNOWN, parse_options
 from multikafka.spark.source import MultiKafkaDataSource
 from multikafka.v1.planner_pb2 import Position
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
 
 
-def parse(streaming: bool = True, **options: str) -> SourceOptions:
-    return SourceOptions.parse({**BASE, **options}, streaming=streaming)
+def parse(streaming: bool = True, **options: str) -> ReadOptions:
+    return parse_options({**BASE, **options}, streaming=streaming)
 
 
 def refused(options: dict[str, str], *, streaming: bool = True) -> ValidationError:
     with pytest.raises(ValidationError) as info:
-        SourceOptions.parse(options, streaming=streaming)
+        parse_options(options, streaming=streaming)
     return info.value
 
 
@@ -58,7 +59,7 @@ def test_streaming_defaults() -> None:
     o = parse(streaming=True)
     assert o.starting == Position(kind=Position.LATEST)
     assert o.ending == Position(kind=Position.LATEST)
-    assert o.max_offsets_per_trigger is None
+    assert o.max_records_per_batch is None
     assert o.fail_on_data_loss is True
     assert o.include_headers is False
     assert o.min_partitions == 1
@@ -66,7 +67,7 @@ def test_streaming_defaults() -> None:
     assert o.query_id == ""
     assert o.commit_group_id == ""
     assert o.coordinator_timeout_s == 60.0
-    assert o.coordinator_tls_ca == ""
+    assert o.tls_ca == ""
 
 
 def test_batch_defaults() -> None:
@@ -193,7 +194,7 @@ def test_ending_latest_for_batch() -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [("1", 1), ("500", 500), (" 7 ", 7)])
 def test_max_offsets_per_trigger(value: str, expected: int) -> None:
-    assert parse(maxOffsetsPerTrigger=value).max_offsets_per_trigger == expected
+    assert parse(maxOffsetsPerTrigger=value).max_records_per_batch == expected
 
 
 @pytest.mark.parametrize(
@@ -237,7 +238,7 @@ def test_other_options() -> None:
     assert o.query_id == "q-1"
     assert o.commit_group_id == "grp"
     assert o.coordinator_timeout_s == 2.5
-    assert o.coordinator_tls_ca == "/etc/ca.pem"
+    assert o.tls_ca == "/etc/ca.pem"
 
 
 @pytest.mark.parametrize("key", ["minPartitions", "maxRecordsPerPartition"])
@@ -266,8 +267,8 @@ def test_path_is_ignored() -> None:
 
 def test_non_string_values_are_accepted() -> None:
     options: dict[str, Any] = {**BASE, "maxOffsetsPerTrigger": 10, "includeHeaders": True}
-    o = SourceOptions.parse(options, streaming=True)
-    assert o.max_offsets_per_trigger == 10
+    o = parse_options(options, streaming=True)
+    assert o.max_records_per_batch == 10
     assert o.include_headers is True
 
 

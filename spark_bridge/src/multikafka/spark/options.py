@@ -1,21 +1,30 @@
-"""Options of the ``multikafka`` source, named like Spark's own Kafka source.
+"""Options of the ``multikafka`` source, named like Spark's own Kafka source,
+read into the :class:`~multikafka.reader_agent.options.ReadOptions` every
+face of multikafka reads with (:func:`parse_options`).
 
-Unknown options are refused (a typo such as ``startingOffset`` would otherwise
-silently read from the default position).
+What is Spark's own is done here: option names matched lower-cased, unknown
+options refused (a typo such as ``startingOffset`` would otherwise silently
+read from the default position), values read from text (whole numbers,
+booleans, Spark's durations, positions), and the rules about which options
+go together (an end only for batch queries, ``maxTriggerDelay`` only with
+``minOffsetsPerTrigger``). The checks of the values themselves are
+:class:`ReadOptions`', named in this source's words (:data:`NAMES`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from multikafka.core import env
 from multikafka.core.admission import DEFAULT_MAX_DELAY_S
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.positions import offsets_position, with_split_times
-from multikafka.core.transport import ConnectConfig
-from multikafka.reader_agent.overrides import Overrides, check_overrides
+from multikafka.reader_agent.options import (
+    DEFAULT_MAX_RECORDS_PER_PARTITION,
+    ReadOptions,
+    Vocabulary,
+)
+from multikafka.reader_agent.overrides import check_overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
 from multikafka.v1 import planner_pb2
 
@@ -67,96 +76,101 @@ _DURATION = re.compile(r"(\d+)\s*(us|ms|s|m|min|h|d)?")
 _UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-@dataclass(frozen=True)
-class SourceOptions:
-    coordinator: str
-    stream: str
-    starting: planner_pb2.Position
-    ending: planner_pb2.Position
-    max_offsets_per_trigger: int | None = None
-    #: minOffsetsPerTrigger (None: unset) and maxTriggerDelay in seconds.
-    min_offsets_per_trigger: int | None = None
-    max_trigger_delay_s: float = DEFAULT_MAX_DELAY_S
-    fail_on_data_loss: bool = True
-    include_headers: bool = False
-    min_partitions: int = 1
-    max_records_per_partition: int = 100_000
-    query_id: str = ""
-    commit_group_id: str = ""
-    coordinator_timeout_s: float = 60.0
-    coordinator_tls_ca: str = ""
-    coordinator_tls_cert: str = ""
-    coordinator_tls_key: str = ""
-    coordinator_token_file: str = ""
-    #: Tasks the Spark session runs at once (``spark.default.parallelism``;
-    #: 0: unknown). Not an option: :func:`multikafka.spark.register` reads it.
-    parallelism: int = 0
-    #: How keys and values are decoded (keyFormat, valueFormat, their schemas, mode).
-    decoding: PayloadDecoding = field(default_factory=PayloadDecoding)
-    #: The ``kafka.*`` options: librdkafka settings of the query's reader
-    #: consumers (values never shown).
-    kafka: Overrides = field(default_factory=Overrides, repr=False)
-    extra: Mapping[str, str] = field(default_factory=dict)
+#: :class:`ReadOptions` field -> the option that sets it, as written.
+_WRITTEN = {
+    "stream": "stream",
+    "coordinator": "coordinator",
+    "tls_ca": "coordinatorTlsCa",
+    "tls_cert": "coordinatorTlsCert",
+    "tls_key": "coordinatorTlsKey",
+    "token_file": "coordinatorTokenFile",
+    "coordinator_timeout_s": "coordinatorTimeoutMs",
+    "starting": "startingOffsets",
+    "ending": "endingOffsets",
+    "max_records_per_batch": "maxOffsetsPerTrigger",
+    "min_records_per_batch": "minOffsetsPerTrigger",
+    "max_batch_delay_s": "maxTriggerDelay",
+    "fail_on_data_loss": "failOnDataLoss",
+    "include_headers": "includeHeaders",
+    "min_partitions": "minPartitions",
+    "max_records_per_partition": "maxRecordsPerPartition",
+    "query_id": "queryId",
+    "commit_group_id": "commitGroupId",
+    "decoding": "keyFormat, keySchema, valueFormat, valueSchema, mode",
+    "kafka": "kafka",
+}
+#: How the Spark source names the fields of :class:`ReadOptions`: as its
+#: options are written in messages, as ``option <name lower-cased>`` in
+#: errors (decoding options name themselves: ``option valueFormat``).
+NAMES = Vocabulary(
+    written=_WRITTEN,
+    labels={
+        **{f: f"option {name.lower()}" for f, name in _WRITTEN.items() if f != "decoding"},
+        # An unreadable token file has always been named as written.
+        "token_file": "option coordinatorTokenFile",
+    },
+    absent={
+        "resume_at": "a Spark query resumes from its checkpoint (the offset log), not an option",
+        "parallelism": "not an option: multikafka.spark.register passes spark.default.parallelism",
+    },
+)
 
-    @classmethod
-    def parse(
-        cls, options: Mapping[str, str], *, streaming: bool, parallelism: int = 0
-    ) -> SourceOptions:
-        opts = {k.lower(): str(v) for k, v in options.items()}
-        for key in opts:
-            if key not in KNOWN and not key.startswith(KAFKA_PREFIX):
-                known = ", ".join(sorted(k for k in KNOWN if k != "path"))
-                raise ValidationError(
-                    f"option {key}", f"unknown option for format multikafka; known: {known}"
-                )
-        coordinator = _required(opts, "coordinator")
-        try:
-            ConnectConfig.parse(coordinator)
-        except ValidationError as exc:
-            raise ValidationError("option coordinator", exc.problem) from None
-        for ending in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
-            if streaming and ending in opts:
-                raise ValidationError(
-                    f"option {ending}", "only batch queries (spark.read) take an end"
-                )
-        most = _int(opts, "maxoffsetspertrigger", None, low=1)
-        least = _int(opts, "minoffsetspertrigger", None, low=1)
-        if least is not None and most is not None and least > most:
+
+def parse_options(
+    options: Mapping[str, str], *, streaming: bool, parallelism: int = 0
+) -> ReadOptions:
+    """The read options of a ``multikafka`` query from Spark's options (names
+    matched lower-cased; values may be any type Spark gives, read as text).
+    ``streaming``: ``spark.readStream`` (default start latest, no end) or
+    ``spark.read`` (earliest to latest); ``parallelism``: the tasks the
+    session runs at once (0: unknown). Raises :class:`ValidationError`
+    naming the option."""
+    opts = {k.lower(): str(v) for k, v in options.items()}
+    for key in opts:
+        if key not in KNOWN and not key.startswith(KAFKA_PREFIX):
+            known = ", ".join(sorted(k for k in KNOWN if k != "path"))
             raise ValidationError(
-                "option minoffsetspertrigger",
-                f"{least} is above maxOffsetsPerTrigger ({most}): the minimum must not exceed the maximum",
+                f"option {key}", f"unknown option for format multikafka; known: {known}"
             )
-        if "maxtriggerdelay" in opts and least is None:
-            raise ValidationError(
-                "option maxtriggerdelay", "applies only with minOffsetsPerTrigger; set that too"
-            )
-        return cls(
-            coordinator=coordinator,
-            stream=_required(opts, "stream"),
-            starting=_position(opts, "starting", "latest" if streaming else "earliest"),
-            ending=_position(opts, "ending", "latest"),
-            max_offsets_per_trigger=most,
-            min_offsets_per_trigger=least,
-            max_trigger_delay_s=_duration_s(opts, "maxtriggerdelay", DEFAULT_MAX_DELAY_S),
-            fail_on_data_loss=_bool(opts, "failondataloss", True),
-            include_headers=_bool(opts, "includeheaders", False),
-            min_partitions=_int(opts, "minpartitions", 1, low=1) or 1,
-            max_records_per_partition=_int(opts, "maxrecordsperpartition", 100_000, low=1)
-            or 100_000,
-            query_id=opts.get("queryid", ""),
-            commit_group_id=opts.get("commitgroupid", ""),
-            coordinator_timeout_s=(_int(opts, "coordinatortimeoutms", 60_000, low=0) or 0) / 1000,
-            coordinator_tls_ca=opts.get("coordinatortlsca", ""),
-            coordinator_tls_cert=opts.get("coordinatortlscert", ""),
-            coordinator_tls_key=opts.get("coordinatortlskey", ""),
-            coordinator_token_file=opts.get("coordinatortokenfile", ""),
-            parallelism=max(parallelism, 0),
-            decoding=decoding_of(opts),
-            kafka=check_overrides(
-                {k[len(KAFKA_PREFIX) :]: v for k, v in opts.items() if k.startswith(KAFKA_PREFIX)},
-                f"option {KAFKA_PREFIX}",
-            ),
+    coordinator = _required(opts, "coordinator")
+    for ending in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
+        if streaming and ending in opts:
+            raise ValidationError(f"option {ending}", "only batch queries (spark.read) take an end")
+    most = _optional_int(opts, "maxoffsetspertrigger")
+    least = _optional_int(opts, "minoffsetspertrigger")
+    if "maxtriggerdelay" in opts and least is None:
+        raise ValidationError(
+            "option maxtriggerdelay", "applies only with minOffsetsPerTrigger; set that too"
         )
+    return ReadOptions(
+        stream=_required(opts, "stream"),
+        coordinator=coordinator,
+        tls_ca=opts.get("coordinatortlsca", ""),
+        tls_cert=opts.get("coordinatortlscert", ""),
+        tls_key=opts.get("coordinatortlskey", ""),
+        token_file=opts.get("coordinatortokenfile", ""),
+        coordinator_timeout_s=_int(opts, "coordinatortimeoutms", 60_000, low=0) / 1000,
+        starting=_position(opts, "starting", "latest" if streaming else "earliest"),
+        ending=_position(opts, "ending", "latest"),
+        max_records_per_batch=most,
+        min_records_per_batch=least,
+        max_batch_delay_s=_duration_s(opts, "maxtriggerdelay", DEFAULT_MAX_DELAY_S),
+        fail_on_data_loss=_bool(opts, "failondataloss", True),
+        include_headers=_bool(opts, "includeheaders", False),
+        min_partitions=_int(opts, "minpartitions", 1),
+        max_records_per_partition=_int(
+            opts, "maxrecordsperpartition", DEFAULT_MAX_RECORDS_PER_PARTITION
+        ),
+        parallelism=max(parallelism, 0),
+        query_id=opts.get("queryid", ""),
+        commit_group_id=opts.get("commitgroupid", ""),
+        decoding=decoding_of(opts),
+        kafka=check_overrides(
+            {k[len(KAFKA_PREFIX) :]: v for k, v in opts.items() if k.startswith(KAFKA_PREFIX)},
+            f"{NAMES.label('kafka')}.",
+        ),
+        names=NAMES,
+    )
 
 
 def decoding_of(options: Mapping[str, str]) -> PayloadDecoding:
@@ -168,24 +182,6 @@ def decoding_of(options: Mapping[str, str]) -> PayloadDecoding:
         value_format=opts.get("valueformat", "raw"),
         value_schema=opts.get("valueschema", ""),
         mode=opts.get("mode", "PERMISSIVE"),
-    )
-
-
-def connect_config(o: SourceOptions) -> ConnectConfig:
-    """How the query reaches the coordinator, files read now (on the driver):
-    the CA, client certificate and reader token then travel inside each
-    task, so executors need no file of their own."""
-    return ConnectConfig.from_files(
-        o.coordinator,
-        ca=o.coordinator_tls_ca,
-        cert=o.coordinator_tls_cert,
-        key=o.coordinator_tls_key,
-        token=env.secret(
-            env.READER_TOKEN,
-            env.READER_TOKEN_FILE,
-            file=o.coordinator_token_file,
-            what="option coordinatorTokenFile",
-        ),
     )
 
 
@@ -205,17 +201,25 @@ def _bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
     raise ValidationError(f"option {key}", f"must be true or false, got {raw!r}")
 
 
-def _int(opts: Mapping[str, str], key: str, default: int | None, *, low: int) -> int | None:
-    raw = opts.get(key)
-    if raw is None:
+def _int(opts: Mapping[str, str], key: str, default: int, *, low: int | None = None) -> int:
+    """A whole number. ``low``: the least it may be, for the numbers only
+    Spark writes (a time in ms); the others are :class:`ReadOptions`' to check."""
+    value = _optional_int(opts, key)
+    if value is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError(f"option {key}", f"must be a whole number, got {raw!r}") from None
-    if value < low:
+    if low is not None and value < low:
         raise ValidationError(f"option {key}", f"must be at least {low}, got {value}")
     return value
+
+
+def _optional_int(opts: Mapping[str, str], key: str) -> int | None:
+    raw = opts.get(key)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValidationError(f"option {key}", f"must be a whole number, got {raw!r}") from None
 
 
 def _duration_s(opts: Mapping[str, str], key: str, default_s: float) -> float:
@@ -259,7 +263,7 @@ def _base_position(opts: Mapping[str, str], which: str, default: str) -> planner
     ts_key, off_key = f"{which}timestamp", f"{which}offsets"
     if ts_key in opts:
         ts = _int(opts, ts_key, 0, low=0)
-        return Position(kind=Position.TIMESTAMP, timestamp_ms=ts or 0)
+        return Position(kind=Position.TIMESTAMP, timestamp_ms=ts)
     return offsets_position(
         opts.get(off_key, default), f"option {off_key}", ending=which == "ending"
     )

@@ -11,7 +11,6 @@ executors, so a reader opens its gRPC channel lazily and drops it when pickled.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +39,9 @@ from multikafka.core.exceptions import ValidationError
 from multikafka.core.planner_client import PlannerClient
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent import get_agent
+from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.plan import tasks_from_plan
-from multikafka.spark.options import SourceOptions, connect_config, decoding_of
+from multikafka.spark.options import NAMES, decoding_of, parse_options
 from multikafka.spark.partition import MultiKafkaPartition
 from multikafka.v1 import planner_pb2
 
@@ -49,9 +49,9 @@ logger = logging.getLogger(__name__)
 
 
 class _Base:
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self.query_id = options.query_id or f"{options.stream}-{uuid.uuid4().hex[:12]}"
+        self.query_id = options.query_id_for_run()
         self._client: PlannerClient | None = None
         self._connect: ConnectConfig | None = None
 
@@ -59,7 +59,7 @@ class _Base:
     def connect(self) -> ConnectConfig:
         """How to reach the coordinator (files read once, on the driver)."""
         if self._connect is None:
-            self._connect = connect_config(self.options)
+            self._connect = self.options.connect_config(NAMES)
         return self._connect
 
     @property
@@ -109,15 +109,11 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
     planning worker, so what it learns between calls (when the last batch
     started, the latest offsets) lives here."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: ReadOptions) -> None:
         super().__init__(options)
         self._target: ov.SplitOffsets | None = None
         #: minOffsetsPerTrigger / maxTriggerDelay (None: not set).
-        self._gate = (
-            MinRecordsGate(options.min_offsets_per_trigger, options.max_trigger_delay_s)
-            if options.min_offsets_per_trigger
-            else None
-        )
+        self._gate = options.min_records_gate()
         #: What was available at the last latestOffset (reportLatestOffset).
         self._available: ov.SplitOffsets | None = None
 
@@ -130,10 +126,10 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         # PySpark has no composite limit: with both minOffsetsPerTrigger and
         # maxOffsetsPerTrigger the limit is the maximum and latestOffset
         # applies the minimum itself.
-        if self.options.max_offsets_per_trigger:
-            return ReadMaxRows(self.options.max_offsets_per_trigger)
-        if self.options.min_offsets_per_trigger:
-            return ReadMinRows(self.options.min_offsets_per_trigger)
+        if self.options.max_records_per_batch:
+            return ReadMaxRows(self.options.max_records_per_batch)
+        if self.options.min_records_per_batch:
+            return ReadMinRows(self.options.min_records_per_batch)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
@@ -239,8 +235,8 @@ class MultiKafkaDataSource(DataSource):
     def streamReader(self, schema: StructType) -> MultiKafkaStreamReader:
         return MultiKafkaStreamReader(self._parse(streaming=True))
 
-    def _parse(self, *, streaming: bool) -> SourceOptions:
-        return SourceOptions.parse(
+    def _parse(self, *, streaming: bool) -> ReadOptions:
+        return parse_options(
             self.options, streaming=streaming, parallelism=self.default_parallelism
         )
 
