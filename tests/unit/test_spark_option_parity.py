@@ -1,14 +1,14 @@
 """Spark Kafka-source options beyond the basics: minOffsetsPerTrigger /
 maxTriggerDelay, startingOffsetsByTimestamp (+ strategy),
 endingOffsetsByTimestamp, and kafka.* librdkafka settings (checked, merged
-into the reader consumers, never shown); the standalone reader's
-equivalents; the agent keeping a consumer per query overrides."""
+into the reader consumers, never shown); the agent keeping a consumer per
+query overrides. The standalone reader's equivalents map onto the same
+ReadOptions: tests/unit/test_read_options.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from multikafka import Reader
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.kafka_config import client_config
@@ -305,57 +305,3 @@ def test_queries_with_different_overrides_get_consumers_of_their_own() -> None:
         assert agent.slots() == []
     finally:
         agent.close()
-
-
-# -- the standalone reader -----------------------------------------------------------
-
-
-def test_standalone_reader_takes_the_same_settings() -> None:
-    r = Reader(
-        "127.0.0.1:1",
-        "orders",
-        starting_offsets="earliest",
-        starting_offsets_by_timestamp={"east": {"t": {"0": 1000}}},
-        starting_offsets_by_timestamp_strategy="latest",
-        min_records_per_batch=10,
-        max_batch_delay_s=5,
-        kafka={"fetch.max.bytes": "2097152"},
-    )
-    try:
-        start = r._start
-        assert isinstance(start, Position)
-        assert start.kind == Position.EARLIEST
-        assert by_split(start.split_timestamps) == {"east/t/0": 1000}
-        assert start.no_match == Position.NO_MATCH_LATEST
-        assert r._gate is not None
-        assert r._gate.min_records == 10
-        assert r.kafka.as_librdkafka_dict() == {"fetch.max.bytes": "2097152"}
-    finally:
-        r.close()
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "field"),
-    [
-        ({"min_records_per_batch": 0}, "min_records_per_batch"),
-        ({"min_records_per_batch": 11, "max_records_per_batch": 10}, "min_records_per_batch"),
-        ({"min_records_per_batch": 1, "max_batch_delay_s": -1}, "max_batch_delay_s"),
-        ({"kafka": {"group.id": "g"}}, "kafka.group.id"),
-        ({"starting_offsets_by_timestamp": "{}"}, "starting_offsets_by_timestamp"),
-        (
-            {
-                "starting_offsets_by_timestamp": {"e/t/0": 1},
-                "starting_offsets_by_timestamp_strategy": "no",
-            },
-            "starting_offsets_by_timestamp_strategy",
-        ),
-        (
-            {"starting_offsets": {"e/t/0": 4}, "starting_offsets_by_timestamp": {"e/t/0": 1}},
-            "starting_offsets_by_timestamp",
-        ),
-    ],
-)
-def test_standalone_reader_refuses_bad_settings(kwargs: dict[str, object], field: str) -> None:
-    with pytest.raises(ValidationError) as info:
-        Reader("127.0.0.1:1", "orders", **kwargs)  # type: ignore[arg-type]
-    assert info.value.field == field

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Generator, Mapping
 from types import TracebackType
 from typing import Any
@@ -36,14 +35,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from multikafka.core import env
 from multikafka.core import offsets as ov
-from multikafka.core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate
+from multikafka.core.admission import DEFAULT_MAX_DELAY_S
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.planner_client import PlannerClient
 from multikafka.core.positions import offsets_position, with_split_times
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent import ReaderAgent, get_agent
+from multikafka.reader_agent.options import ReadOptions, Vocabulary
 from multikafka.reader_agent.overrides import check_overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
 from multikafka.reader_agent.plan import tasks_from_plan
@@ -56,6 +55,39 @@ Position = planner_pb2.Position
 #: ``startingOffsets`` (-2 earliest, -1 latest) | a position it gave
 #: (:attr:`Reader.offsets`), resumed exactly.
 Start = str | Mapping[str, Any]
+
+#: How the Reader names the fields of :class:`ReadOptions`: by its arguments
+#: (decoding errors name the Spark source's options: ``option valueFormat``).
+NAMES = Vocabulary(
+    written={
+        "stream": "stream",
+        "coordinator": "coordinator",
+        "tls_ca": "tls_ca",
+        "tls_cert": "tls_cert",
+        "tls_key": "tls_key",
+        "token_file": "token_file",
+        "coordinator_timeout_s": "coordinator_timeout_s",
+        "starting": "starting_offsets",
+        "resume_at": "starting_offsets",
+        "max_records_per_batch": "max_records_per_batch",
+        "min_records_per_batch": "min_records_per_batch",
+        "max_batch_delay_s": "max_batch_delay_s",
+        "fail_on_data_loss": "fail_on_data_loss",
+        "include_headers": "include_headers",
+        "query_id": "query_id",
+        "commit_group_id": "commit_group_id",
+        "decoding": "key_format, key_schema, value_format, value_schema, mode",
+        "kafka": "kafka",
+    },
+    absent={
+        "ending": "a Reader reads a stream, which has no end (Spark batch queries have one)",
+        "min_partitions": "Spark partitions: a Reader reads a micro-batch's tasks one after the other",
+        "max_records_per_partition": (
+            "Spark partitions: a Reader's tasks keep the default size (100,000 records)"
+        ),
+        "parallelism": "1: a Reader reads a micro-batch's tasks one after the other",
+    },
+)
 
 
 class Reader:
@@ -91,6 +123,11 @@ class Reader:
     ``MULTIKAFKA_READER_TOKEN`` or ``MULTIKAFKA_READER_TOKEN_FILE``; TLS with
     ``tls_ca`` (default ``MULTIKAFKA_TLS_CA``), and ``tls_cert``/``tls_key``
     for mutual TLS (PEM files).
+
+    The arguments become :attr:`options`, a
+    :class:`~multikafka.reader_agent.options.ReadOptions`: the model the Spark
+    source's options map onto too, checked in this reader's words
+    (:data:`NAMES`).
     """
 
     def __init__(
@@ -123,81 +160,69 @@ class Reader:
         poll_interval_s: float = 0.2,
         agent: ReaderAgent | None = None,
     ) -> None:
-        if not stream:
-            raise ValidationError("stream", "required: the logical stream to read")
-        if max_records_per_batch is not None and max_records_per_batch < 1:
-            raise ValidationError(
-                "max_records_per_batch", f"must be at least 1, got {max_records_per_batch}"
-            )
-        if min_records_per_batch is not None:
-            if min_records_per_batch < 1:
-                raise ValidationError(
-                    "min_records_per_batch", f"must be at least 1, got {min_records_per_batch}"
-                )
-            if max_records_per_batch is not None and min_records_per_batch > max_records_per_batch:
-                raise ValidationError(
-                    "min_records_per_batch",
-                    f"{min_records_per_batch} is above max_records_per_batch "
-                    f"({max_records_per_batch}): the minimum must not exceed the maximum",
-                )
-        if max_batch_delay_s < 0:
-            raise ValidationError(
-                "max_batch_delay_s", f"must not be negative, got {max_batch_delay_s}"
-            )
         if poll_interval_s <= 0:
             raise ValidationError("poll_interval_s", f"must be above 0, got {poll_interval_s}")
-        self.stream = stream
-        self.query_id = query_id or f"{stream}-{uuid.uuid4().hex[:12]}"
-        self.max_records_per_batch = max_records_per_batch
-        self._gate = (
-            MinRecordsGate(min_records_per_batch, max_batch_delay_s)
-            if min_records_per_batch
-            else None
-        )
-        #: librdkafka settings of this reader's consumers (values never shown).
-        self.kafka = check_overrides(kafka or {}, "kafka.")
-        self.fail_on_data_loss = fail_on_data_loss
-        self.include_headers = include_headers
-        self.commit_group_id = commit_group_id
-        self.decoding = PayloadDecoding.parse(
-            key_format=key_format,
-            key_schema=key_schema,
-            value_format=value_format,
-            value_schema=value_schema,
-            mode=mode,
-        )
-        #: The Arrow schema of every batch.
-        self.schema: pa.Schema = self.decoding.arrow_schema(include_headers=include_headers)
-        if isinstance(coordinator, ConnectConfig):
-            self.connect = coordinator
-        else:
-            self.connect = ConnectConfig.from_files(
-                coordinator,
-                ca=tls_ca,
-                cert=tls_cert,
-                key=tls_key,
-                token=env.secret(
-                    env.READER_TOKEN, env.READER_TOKEN_FILE, file=token_file, what="token_file"
-                ),
-            )
-        self._poll_s = poll_interval_s
-        self._client = PlannerClient(self.connect, timeout_s=coordinator_timeout_s)
-        self._agent = agent
-        self._start = _start(starting_offsets, starting_timestamp_ms)
+        start = _start(starting_offsets, starting_timestamp_ms)
         if starting_offsets_by_timestamp is not None:
-            if not isinstance(self._start, Position):
+            if not isinstance(start, Position):
                 raise ValidationError(
                     "starting_offsets_by_timestamp",
                     "cannot go with a position a Reader gave (it is resumed exactly)",
                 )
-            self._start = with_split_times(
-                self._start,
+            start = with_split_times(
+                start,
                 starting_offsets_by_timestamp,
                 starting_offsets_by_timestamp_strategy,
                 field="starting_offsets_by_timestamp",
                 strategy_field="starting_offsets_by_timestamp_strategy",
                 offsets_field="starting_offsets",
             )
+        #: What this reader asks of reading (the model the Spark source's
+        #: options map onto too), checked.
+        self.options = ReadOptions(
+            stream=stream,
+            coordinator=str(coordinator),
+            tls_ca=tls_ca,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            token_file=token_file,
+            coordinator_timeout_s=coordinator_timeout_s,
+            starting=start if isinstance(start, Position) else Position(kind=Position.LATEST),
+            resume_at=start if isinstance(start, dict) else None,
+            max_records_per_batch=max_records_per_batch,
+            min_records_per_batch=min_records_per_batch,
+            max_batch_delay_s=max_batch_delay_s,
+            fail_on_data_loss=fail_on_data_loss,
+            include_headers=include_headers,
+            # A micro-batch's tasks are read one after the other.
+            parallelism=1,
+            query_id=query_id or "",
+            commit_group_id=commit_group_id,
+            decoding=PayloadDecoding.parse(
+                key_format=key_format,
+                key_schema=key_schema,
+                value_format=value_format,
+                value_schema=value_schema,
+                mode=mode,
+            ),
+            kafka=check_overrides(kafka or {}, f"{NAMES.label('kafka')}."),
+            names=NAMES,
+        )
+        self.stream = stream
+        self.query_id = self.options.query_id_for_run()
+        self._gate = self.options.min_records_gate()
+        #: The Arrow schema of every batch.
+        self.schema: pa.Schema = self.options.decoding.arrow_schema(
+            include_headers=self.options.include_headers
+        )
+        self.connect = (
+            coordinator
+            if isinstance(coordinator, ConnectConfig)
+            else self.options.connect_config(NAMES)
+        )
+        self._poll_s = poll_interval_s
+        self._client = PlannerClient(self.connect, timeout_s=self.options.coordinator_timeout_s)
+        self._agent = agent
         #: Where each split goes on; None until the first batch resolves the start.
         self._position: dict[str, int] | None = None
         self._closed = False
@@ -212,11 +237,10 @@ class Reader:
 
     def _current(self) -> dict[str, int]:
         if self._position is None:
-            start = self._start
-            if isinstance(start, dict):
-                self._position = dict(start)
+            if self.options.resume_at is not None:
+                self._position = dict(self.options.resume_at)
             else:
-                resolved, _ = self._client.resolve(self.stream, start)
+                resolved, _ = self._client.resolve(self.stream, self.options.starting)
                 self._position = dict(resolved)
                 logger.info("query %s starts at %s", self.query_id, ov.to_json(resolved))
         return self._position
@@ -224,7 +248,9 @@ class Reader:
     def commit(self) -> None:
         """Tell the coordinator this query is done up to :attr:`offsets`
         (and commit them to ``commit_group_id`` on every cluster, if set)."""
-        self._client.commit(self.stream, self.query_id, self._current(), self.commit_group_id)
+        self._client.commit(
+            self.stream, self.query_id, self._current(), self.options.commit_group_id
+        )
 
     # -- reading -------------------------------------------------------------------
 
@@ -244,9 +270,9 @@ class Reader:
                 self.stream,
                 self.query_id,
                 start,
-                max_records=self.max_records_per_batch or 0,
+                max_records=self.options.max_records_per_batch or 0,
                 cap=None,
-                fail_on_data_loss=self.fail_on_data_loss,
+                fail_on_data_loss=self.options.fail_on_data_loss,
             )
             end = dict(got.end)
             if end == start or (
@@ -256,16 +282,19 @@ class Reader:
                     return
                 time.sleep(self._poll_s)
                 continue
-            plan = self._client.plan(self.stream, self.query_id, start, end, parallelism=1)
+            o = self.options
+            plan = self._client.plan(
+                self.stream, self.query_id, start, end, parallelism=o.parallelism
+            )
             tasks = tasks_from_plan(
                 plan,
                 coordinator=self.connect,
                 stream=self.stream,
                 query_id=self.query_id,
-                include_headers=self.include_headers,
-                fail_on_data_loss=self.fail_on_data_loss,
-                decoding=self.decoding,
-                overrides=self.kafka,
+                include_headers=o.include_headers,
+                fail_on_data_loss=o.fail_on_data_loss,
+                decoding=o.decoding,
+                overrides=o.kafka,
             )
             # Until the micro-batch's last batch is yielded, the position is
             # its start moved past what was yielded; with the last one (held
