@@ -142,6 +142,7 @@ class Round:
     def tasks(self, stream: str) -> list[ReadTask]:
         """Plan the whole stream (earliest to latest) as Spark would."""
         from multikafka.core.planner_client import PlannerClient
+        from multikafka.reader_agent.options import ReadOptions
         from multikafka.reader_agent.plan import tasks_from_plan
         from multikafka.v1 import planner_pb2
 
@@ -156,13 +157,9 @@ class Round:
             )
         finally:
             client.close()
+        options = ReadOptions(stream=stream, coordinator=self.coordinator.address)
         return tasks_from_plan(
-            plan,
-            coordinator=self.coordinator.address,
-            stream=stream,
-            query_id="leaks",
-            include_headers=False,
-            fail_on_data_loss=True,
+            plan, options, coordinator=self.coordinator.address, query_id="leaks"
         )
 
     # -- phase "streams": a stream is put, planned, read and deleted ---------------------

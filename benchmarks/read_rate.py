@@ -364,7 +364,7 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     """The whole stream planned as one Spark batch with default options."""
     from multikafka.core.planner_client import PlannerClient
     from multikafka.core.transport import ConnectConfig
-    from multikafka.reader_agent.plan import tasks_from_plan
+    from multikafka.reader_agent.plan import read_tasks
     from multikafka.spark.options import parse_options
     from multikafka.v1 import planner_pb2
 
@@ -373,24 +373,16 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     try:
         start, _ = client.resolve(STREAM, planner_pb2.Position(kind=planner_pb2.Position.EARLIEST))
         end, _ = client.resolve(STREAM, planner_pb2.Position(kind=planner_pb2.Position.LATEST))
-        plan = client.plan(
-            STREAM,
-            query_id,
-            start,
-            end,
-            min_partitions=defaults.min_partitions,
-            max_records_per_partition=defaults.max_records_per_partition,
+        return read_tasks(
+            client,
+            defaults,
+            coordinator=ConnectConfig.parse(address),
+            query_id=query_id,
+            start=start,
+            end=end,
         )
     finally:
         client.close()
-    return tasks_from_plan(
-        plan,
-        coordinator=ConnectConfig.parse(address),
-        stream=STREAM,
-        query_id=query_id,
-        include_headers=False,
-        fail_on_data_loss=True,
-    )
 
 
 @contextmanager

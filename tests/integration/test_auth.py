@@ -29,6 +29,7 @@ from multikafka.core.planner_client import PlannerClient
 from multikafka.core.transport import ConnectConfig, bearer
 from multikafka.devstack import CoordinatorThread
 from multikafka.reader_agent import ReaderAgent
+from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.plan import tasks_from_plan
 from multikafka.spark.partition import MultiKafkaPartition
 from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
@@ -378,11 +379,9 @@ def test_cluster_secret_reaches_only_the_authenticated_reader(
             MultiKafkaPartition(task)
             for task in tasks_from_plan(
                 plan,
+                ReadOptions(stream=name, coordinator=s.address),
                 coordinator=s.connect(s.reader_token),
-                stream=name,
                 query_id="q-auth",
-                include_headers=False,
-                fail_on_data_loss=True,
             )
         ]
         assert parts
@@ -577,11 +576,9 @@ def test_reader_agent_link_over_tls_with_the_reader_token(
             planner.close()
         tasks = tasks_from_plan(
             plan,
+            ReadOptions(stream=name, coordinator=secure.address),
             coordinator=secure.connect(secure.reader_token),
-            stream=name,
             query_id="q-link",
-            include_headers=False,
-            fail_on_data_loss=True,
         )
         keys = [
             k.decode()

@@ -22,6 +22,7 @@ from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
 from multikafka.reader_agent import ReaderAgent
+from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.plan import tasks_from_plan
 from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
@@ -316,11 +317,9 @@ def _watched_stream(
         plan = planner.plan(name, query, start, end, min_partitions=1)
         for task in tasks_from_plan(
             plan,
+            ReadOptions(stream=name, coordinator=coordinator.address),
             coordinator=coordinator.address,  # type: ignore[arg-type]
-            stream=name,
             query_id=query,
-            include_headers=False,
-            fail_on_data_loss=True,
         ):
             for _ in agent.read(task):
                 pass

@@ -18,6 +18,7 @@ from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
 from multikafka.reader_agent import ReaderAgent, ReadTask
+from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.plan import tasks_from_plan
 from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from tests.conftest import KafkaClusters
@@ -46,14 +47,8 @@ def _tasks(coordinator: CoordinatorThread, stream: str, query: str = "q") -> lis
         )
     finally:
         client.close()
-    return tasks_from_plan(
-        plan,
-        coordinator=coordinator.address,
-        stream=stream,
-        query_id=query,
-        include_headers=False,
-        fail_on_data_loss=True,
-    )
+    options = ReadOptions(stream=stream, coordinator=coordinator.address)
+    return tasks_from_plan(plan, options, coordinator=coordinator.address, query_id=query)
 
 
 def _read_all(agent: ReaderAgent, tasks: list[ReadTask]) -> list[str]:

@@ -5,7 +5,7 @@ The mapping is locked: every field is set by a Spark option and by a Reader
 argument, or is listed by that face, with the reason, as not its to set;
 equal settings give equal ReadOptions; a check both faces share refuses in
 each face's own words. Also: the model checks itself when made directly,
-pickles and hides secrets."""
+pickles, hides secrets, and its tasks carry what it asks."""
 
 from __future__ import annotations
 
@@ -19,10 +19,18 @@ import pytest
 
 from multikafka import Reader
 from multikafka.core import env
+from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError
+from multikafka.core.model import Connection
+from multikafka.core.planner_client import Plan
 from multikafka.core.positions import by_split
+from multikafka.core.ranges import SplitRange
+from multikafka.core.transport import ConnectConfig
 from multikafka.reader import NAMES as READER_NAMES
 from multikafka.reader_agent.options import ReadOptions, Vocabulary
+from multikafka.reader_agent.overrides import check_overrides
+from multikafka.reader_agent.payloads import Mode, PayloadDecoding
+from multikafka.reader_agent.plan import read_tasks, tasks_from_plan
 from multikafka.spark.options import NAMES as SPARK_NAMES
 from multikafka.spark.options import parse_options
 from multikafka.v1.planner_pb2 import Position
@@ -421,3 +429,76 @@ def test_a_query_id_per_run_unless_one_is_given() -> None:
     assert DEFAULT.query_id_for_run().startswith(f"{STREAM}-")
     assert DEFAULT.query_id_for_run() != DEFAULT.query_id_for_run()
     assert dataclasses.replace(DEFAULT, query_id="q").query_id_for_run() == "q"
+
+
+# -- tasks from a plan, for both faces ---------------------------------------------------
+
+
+PLAN = Plan(
+    tasks=(
+        (SplitRange("east", "t", 0, 0, 3), SplitRange("west", "t", 0, 5, 9)),
+        (SplitRange("east", "t", 1, 2, 4),),
+    ),
+    clusters={
+        "east": Connection("east", "e:1", Properties()),
+        "west": Connection("west", "w:1", Properties()),
+    },
+    generation=12,
+)
+
+
+def test_tasks_carry_what_the_options_ask() -> None:
+    o = dataclasses.replace(
+        DEFAULT,
+        include_headers=True,
+        fail_on_data_loss=False,
+        decoding=PayloadDecoding.parse(value_format="string", mode="DROPMALFORMED"),
+        kafka=check_overrides({"fetch.max.bytes": "2097152"}),
+    )
+    connect = ConnectConfig.parse(COORDINATOR)
+    first, second = tasks_from_plan(PLAN, o, coordinator=connect, query_id="q-7")
+    for task in (first, second):
+        assert (task.stream, task.query_id, task.generation) == (STREAM, "q-7", 12)
+        assert task.coordinator is connect
+        assert task.include_headers is True
+        assert task.fail_on_data_loss is False
+        assert task.decoding.mode is Mode.DROPMALFORMED
+        assert task.overrides.as_librdkafka_dict() == {"fetch.max.bytes": "2097152"}
+    assert sorted(first.clusters) == ["east", "west"]
+    assert sorted(second.clusters) == ["east"]
+
+
+class RecordingPlanner:
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+
+    def plan(self, stream: str, query_id: str, start: Any, end: Any, **sizing: int) -> Plan:
+        self.asked.append({"stream": stream, "query_id": query_id, **sizing})
+        return PLAN
+
+
+@pytest.mark.parametrize(
+    ("options", "sizing"),
+    [
+        (
+            spark({"minPartitions": "4", "maxRecordsPerPartition": "500"}),
+            {"min_partitions": 4, "max_records_per_partition": 500, "parallelism": 1},
+        ),
+        (reader({}), {"min_partitions": 1, "max_records_per_partition": 100_000, "parallelism": 1}),
+    ],
+    ids=["spark", "reader"],
+)
+def test_a_micro_batch_is_planned_as_the_options_say(
+    options: ReadOptions, sizing: dict[str, int]
+) -> None:
+    planner = RecordingPlanner()
+    tasks = read_tasks(
+        planner,  # type: ignore[arg-type]
+        options,
+        coordinator=ConnectConfig.parse(COORDINATOR),
+        query_id="q",
+        start={"east/t/0": 0},
+        end={"east/t/0": 3},
+    )
+    assert planner.asked == [{"stream": STREAM, "query_id": "q", **sizing}]
+    assert len(tasks) == 2

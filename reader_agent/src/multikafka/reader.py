@@ -45,7 +45,7 @@ from multikafka.reader_agent import ReaderAgent, get_agent
 from multikafka.reader_agent.options import ReadOptions, Vocabulary
 from multikafka.reader_agent.overrides import check_overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
-from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.reader_agent.plan import read_tasks
 from multikafka.v1 import planner_pb2
 
 logger = logging.getLogger(__name__)
@@ -282,19 +282,13 @@ class Reader:
                     return
                 time.sleep(self._poll_s)
                 continue
-            o = self.options
-            plan = self._client.plan(
-                self.stream, self.query_id, start, end, parallelism=o.parallelism
-            )
-            tasks = tasks_from_plan(
-                plan,
+            tasks = read_tasks(
+                self._client,
+                self.options,
                 coordinator=self.connect,
-                stream=self.stream,
                 query_id=self.query_id,
-                include_headers=o.include_headers,
-                fail_on_data_loss=o.fail_on_data_loss,
-                decoding=o.decoding,
-                overrides=o.kafka,
+                start=start,
+                end=end,
             )
             # Until the micro-batch's last batch is yielded, the position is
             # its start moved past what was yielded; with the last one (held

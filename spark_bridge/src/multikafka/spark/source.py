@@ -40,7 +40,7 @@ from multikafka.core.planner_client import PlannerClient
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent import get_agent
 from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.reader_agent.plan import read_tasks
 from multikafka.spark.options import NAMES, decoding_of, parse_options
 from multikafka.spark.partition import MultiKafkaPartition
 from multikafka.v1 import planner_pb2
@@ -76,25 +76,13 @@ class _Base:
     def _partitions(
         self, start: ov.SplitOffsets, end: ov.SplitOffsets
     ) -> list[MultiKafkaPartition]:
-        o = self.options
-        plan = self.client.plan(
-            o.stream,
-            self.query_id,
-            start,
-            end,
-            min_partitions=o.min_partitions,
-            max_records_per_partition=o.max_records_per_partition,
-            parallelism=o.parallelism,
-        )
-        tasks = tasks_from_plan(
-            plan,
+        tasks = read_tasks(
+            self.client,
+            self.options,
             coordinator=self.connect,
-            stream=o.stream,
             query_id=self.query_id,
-            include_headers=o.include_headers,
-            fail_on_data_loss=o.fail_on_data_loss,
-            decoding=o.decoding,
-            overrides=o.kafka,
+            start=start,
+            end=end,
         )
         return [MultiKafkaPartition(task) for task in tasks]
 
