@@ -7,9 +7,10 @@
 * :class:`FakeKafka`: clusters whose partitions, offsets, record times and
   reachability a test sets, behind the provider's ``MetadataClient``
   interface;
-* :func:`coordinator_parts`: the leader's duties (:class:`LeaderDuties`, the
-  production wiring) over those fakes, writing behind a fence as a leader
-  does, with no background loop and no gRPC server (tests drive each step).
+* :func:`coordinator_parts`: the leader's duties and the use cases of its
+  term (:class:`LeaderDuties`, the production wiring) over those fakes,
+  writing behind a fence as a leader does, with no background loop and no
+  gRPC server (tests drive each step).
 
 Integration tests use the real etcd and brokers instead.
 """
@@ -30,6 +31,7 @@ from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.planning.entry import EntryOffsets
 from multikafka.coordinator.runtime.leader import LeaderDuties
 from multikafka.coordinator.state.etcd import (
@@ -427,6 +429,12 @@ class Parts:
     @property
     def translator(self) -> FailoverTranslator:
         return self.duties.translator
+
+    # -- the term's use cases (what the gRPC services call) --
+
+    @property
+    def batches(self) -> MicroBatches:
+        return self.duties.batches
 
     def kinds(self, stream: str = "s") -> list[str]:
         """History kinds of ``stream`` other than the reconciler's own entries."""

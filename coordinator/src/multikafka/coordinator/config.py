@@ -136,6 +136,13 @@ class CoordinatorConfig:
         """Whether clients must present a certificate."""
         return self.tls is not None and bool(self.tls.client_ca)
 
+    @property
+    def readers_authenticated(self) -> bool:
+        """Whether Planner and Reader callers prove they are readers (the
+        reader token or a client certificate): only then do task plans carry
+        the clusters' secrets."""
+        return bool(self.reader_token) or self.mtls
+
     def advertised(self, port: int) -> str:
         """The address clients are told to use for this replica."""
         if self.advertise:

@@ -1,4 +1,4 @@
-"""Micro-batch planning, as pure functions (the I/O is in ``planner_service``).
+"""Micro-batch planning, as pure functions (the I/O is in :mod:`.batches`).
 
 Given where a query stands (its start vector) and what the clusters look like
 now (:class:`ClusterSnapshot`), :func:`plan_end` decides the end vector of the

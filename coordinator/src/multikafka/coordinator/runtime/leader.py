@@ -7,6 +7,9 @@ reconciler, the agent registry and the cluster lifecycle start. When it is
 deposed they all stop and are dropped: nothing of a term survives into the
 next but what is in etcd. Every write they make goes through the fenced etcd
 client, so a deposed leader's late write is refused.
+
+The term's use cases, which the gRPC services call, are built over these
+components here: :attr:`LeaderDuties.batches` (Planner).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from multikafka.coordinator.clusters.discovery import Discovery, MetadataClientF
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.planning.entry import EntryOffsets
 from multikafka.coordinator.state.etcd import FencedEtcd
 from multikafka.coordinator.state.history import History
@@ -65,6 +69,16 @@ class LeaderDuties:
         self.abandonments = Abandonments(self.queries, self.history, metrics)
         self.translator = FailoverTranslator(self.discovery, self.marks)
         self.entry = EntryOffsets(self.discovery, self.translator)
+        # -- the use cases of the term ---------------------------------------
+        self.batches = MicroBatches(
+            self.discovery,
+            self.entry,
+            self.queries,
+            self.abandonments,
+            self.history,
+            metrics,
+            hand_out_secrets=config.readers_authenticated,
+        )
 
     async def load(self) -> None:
         """Read the leader's state from etcd and take the streams as they are."""

@@ -257,10 +257,9 @@ class Coordinator:
                 ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ],
         )
-        readers_authenticated = bool(self.config.reader_token) or self.config.mtls
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self), server)
         planner_pb2_grpc.add_PlannerServicer_to_server(
-            PlannerService(self, readers_authenticated=readers_authenticated), server
+            PlannerService(lambda: self.leading().batches, self.store), server
         )
         add_reader_service(ReaderService(self, self.config.heartbeat_interval_s), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
