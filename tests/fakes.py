@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
 from multikafka.coordinator.clusters.discovery import Discovery
@@ -435,6 +436,10 @@ class Parts:
     @property
     def batches(self) -> MicroBatches:
         return self.duties.batches
+
+    @property
+    def link(self) -> AgentLink:
+        return self.duties.link
 
     def kinds(self, stream: str = "s") -> list[str]:
         """History kinds of ``stream`` other than the reconciler's own entries."""

@@ -4,8 +4,6 @@ agents push in heartbeats."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from multikafka.coordinator.api.reader import ReaderService, method_handlers
 from multikafka.devstack.stack import stream_doc
 from multikafka.v1 import reader_pb2
@@ -13,7 +11,7 @@ from tests.fakes import Parts
 
 
 def test_every_method_of_the_proto_is_registered() -> None:
-    handlers = method_handlers(ReaderService(None, 2.0))  # type: ignore[arg-type]
+    handlers = method_handlers(ReaderService(None, None, 2.0))  # type: ignore[arg-type]
     service = reader_pb2.DESCRIPTOR.services_by_name["Reader"]
     assert set(handlers) == set(service.methods_by_name)
     for name, method in service.methods_by_name.items():
@@ -22,7 +20,7 @@ def test_every_method_of_the_proto_is_registered() -> None:
 
 
 def test_subscribe_sends_serialized_events_as_they_are() -> None:
-    serialize = method_handlers(ReaderService(None, 2.0))["Subscribe"].response_serializer  # type: ignore[arg-type]
+    serialize = method_handlers(ReaderService(None, None, 2.0))["Subscribe"].response_serializer  # type: ignore[arg-type]
     assert serialize is not None
     event = reader_pb2.ReconcileEvent(generation=5, snapshot=True)
     payload = event.SerializeToString()
@@ -35,8 +33,7 @@ async def test_heartbeats_feed_malformed_record_counters_by_mode(parts: Parts) -
     (stream, cluster, mode), and creates no series for a mode never seen."""
     await parts.put(stream_doc("s", {"a": ("h:1", ["t"])}))
     await parts.registry.register("agent", "host", 1)
-    coordinator = SimpleNamespace(leading=lambda: parts.duties, store=parts.store)
-    service = ReaderService(coordinator, 2.0)  # type: ignore[arg-type]
+    service = ReaderService(lambda: parts.link, parts.store, 2.0)
 
     async def beat(**counters: int) -> None:
         stats = reader_pb2.SubReaderStats(stream="s", cluster="a", **counters)

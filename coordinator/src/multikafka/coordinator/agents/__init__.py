@@ -1,2 +1,3 @@
-"""Reader agents: their registry (:mod:`.registry`) and the reconcile events
-pushed to them (:mod:`.reconcile`)."""
+"""Reader agents: their registry (:mod:`.registry`), the reconcile events
+pushed to them (:mod:`.reconcile`) and the coordinator's end of their link,
+the Reader service's use cases (:mod:`.link`)."""

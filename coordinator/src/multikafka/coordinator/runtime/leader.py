@@ -9,7 +9,8 @@ next but what is in etcd. Every write they make goes through the fenced etcd
 client, so a deposed leader's late write is refused.
 
 The term's use cases, which the gRPC services call, are built over these
-components here: :attr:`LeaderDuties.batches` (Planner).
+components here: :attr:`LeaderDuties.batches` (Planner) and
+:attr:`LeaderDuties.link` (Reader).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Executor
 
+from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
 from multikafka.coordinator.clusters.discovery import Discovery, MetadataClientFactory
@@ -78,6 +80,9 @@ class LeaderDuties:
             self.history,
             metrics,
             hand_out_secrets=config.readers_authenticated,
+        )
+        self.link = AgentLink(
+            store, self.registry, self.reconciler, self.marks, self.abandonments, metrics
         )
 
     async def load(self) -> None:

@@ -261,7 +261,12 @@ class Coordinator:
         planner_pb2_grpc.add_PlannerServicer_to_server(
             PlannerService(lambda: self.leading().batches, self.store), server
         )
-        add_reader_service(ReaderService(self, self.config.heartbeat_interval_s), server)
+        add_reader_service(
+            ReaderService(
+                lambda: self.leading().link, self.store, self.config.heartbeat_interval_s
+            ),
+            server,
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server

@@ -10,6 +10,6 @@
 
 from multikafka.coordinator.translation.abandoned import Abandonments
 from multikafka.coordinator.translation.failover import FailoverTranslator, Translation
-from multikafka.coordinator.translation.marks import ReadMarks
+from multikafka.coordinator.translation.marks import ReadMark, ReadMarks
 
-__all__ = ["Abandonments", "FailoverTranslator", "ReadMarks", "Translation"]
+__all__ = ["Abandonments", "FailoverTranslator", "ReadMark", "ReadMarks", "Translation"]

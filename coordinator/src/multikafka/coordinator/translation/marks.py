@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+from typing import NamedTuple
 
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.coordinator.state.per_stream import ChangedStreams
@@ -22,6 +23,14 @@ logger = logging.getLogger(__name__)
 #: Marks kept per split. Older ones are thinned out (every other one dropped),
 #: so the index still reaches far back with a bounded size.
 MAX_MARKS = 256
+
+
+class ReadMark(NamedTuple):
+    """The last record an agent read of a split range: its offset and time."""
+
+    split: str
+    offset: int
+    timestamp_ms: int
 
 
 class ReadMarks:

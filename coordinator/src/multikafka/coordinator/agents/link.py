@@ -1,0 +1,143 @@
+"""The coordinator's end of the reader agents' link: the use cases behind
+the Reader service, for one term of leadership.
+
+Agents register, follow reconcile events (:meth:`AgentLink.events`: a
+snapshot, then every change, as the bytes the reconciler serialized once for
+all of them), heartbeat with the counters of their sub-readers (which feed
+the metrics), acknowledge the generations they applied, and report what they
+read: read marks for failover translation, ranges they gave up, and which
+splits they hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterable, Sequence
+from typing import NamedTuple
+
+from multikafka.coordinator.agents.reconcile import Reconciler
+from multikafka.coordinator.agents.registry import AgentRegistry
+from multikafka.coordinator.metrics import MALFORMED_MODES, Metrics
+from multikafka.coordinator.state.metadata import MetadataStore
+from multikafka.coordinator.translation import Abandonments, ReadMark, ReadMarks
+from multikafka.core.exceptions import NotFoundError, shown
+from multikafka.core.ranges import SplitRange
+from multikafka.v1 import reader_pb2
+
+__all__ = ["AgentLink", "Beat"]
+
+
+class Beat(NamedTuple):
+    """The answer to a heartbeat."""
+
+    #: Whether the agent is registered (else it registers again).
+    known: bool
+    #: The generation agents should have applied.
+    generation: int
+
+
+class AgentLink:
+    def __init__(
+        self,
+        store: MetadataStore,
+        registry: AgentRegistry,
+        reconciler: Reconciler,
+        marks: ReadMarks,
+        abandonments: Abandonments,
+        metrics: Metrics,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._reconciler = reconciler
+        self._marks = marks
+        self._abandonments = abandonments
+        self._metrics = metrics
+
+    async def register(self, agent_id: str, host: str, pid: int) -> int:
+        """Register the agent (again); returns the current generation."""
+        await self._registry.register(agent_id, host, pid)
+        return self._reconciler.generation
+
+    async def events(self, agent_id: str) -> AsyncGenerator[bytes, None]:
+        """The agent's reconcile events, serialized: a snapshot, then each
+        change, until a newer subscription of the agent (or the end of the
+        term) ends this one. :class:`NotFoundError` for an agent that did
+        not register."""
+        if self._registry.get(agent_id) is None:
+            raise NotFoundError(f"agent {shown(agent_id)} is not registered; call Register first")
+        mailbox = self._registry.subscribe(agent_id)
+        try:
+            yield self._reconciler.snapshot_payload()
+            while True:
+                item = await mailbox.get()
+                if item is None:
+                    return
+                self._reconciler.sent(item)
+                yield item.payload
+        finally:
+            self._registry.unsubscribe(agent_id, mailbox)
+
+    def heartbeat(
+        self, agent_id: str, applied: int, stats: Sequence[reader_pb2.SubReaderStats]
+    ) -> Beat:
+        """The agent is alive, applied generation ``applied`` and pushes the
+        running totals of its sub-readers: the metrics count what is new
+        (and no series for a stream or cluster that is gone)."""
+        agent = self._registry.heartbeat(agent_id, applied, list(stats))
+        if agent is None:
+            return Beat(False, self._reconciler.generation)
+        for s in stats:
+            view = self._store.find(s.stream)
+            if view is None or s.cluster not in view.spec.clusters:
+                continue  # gone (or never was): no metric series for it
+            key = f"{s.stream}/{s.cluster}"
+            now = (
+                s.records_read,
+                s.restarts,
+                s.malformed_records,
+                s.corrupt_records,
+                s.malformed_failures,
+            )
+            before = agent.counted.get(key, ())
+            before = before + (0,) * (len(now) - len(before))
+            labels = (
+                (self._metrics.agent_records, (s.stream, s.cluster)),
+                (self._metrics.subreader_restarts, (s.stream, s.cluster)),
+                *((self._metrics.malformed, (s.stream, s.cluster, m)) for m in MALFORMED_MODES),
+            )
+            for (family, names), value, counted in zip(labels, now, before, strict=True):
+                if value > counted:
+                    family.labels(*names).inc(value - counted)
+            agent.counted[key] = tuple(map(max, now, before))
+        return Beat(True, self._reconciler.generation)
+
+    def acknowledge(self, agent_id: str, applied: int) -> None:
+        """The agent applied generation ``applied`` (nothing for an agent
+        that is not registered)."""
+        self._registry.acknowledge(agent_id, applied)
+
+    async def report_reads(
+        self,
+        stream: str,
+        agent_id: str,
+        query_id: str,
+        marks: Iterable[ReadMark],
+        abandoned: Iterable[SplitRange],
+    ) -> None:
+        """What the agent read of ``stream`` for ``query_id`` (checked by the
+        caller: a refused report must leave nothing behind): the last record
+        of each range it read, and the ranges it gave up."""
+        held = set()
+        for mark in marks:
+            self._marks.add(stream, mark.split, mark.offset, mark.timestamp_ms)
+            held.add(mark.split)
+        for r in abandoned:
+            await self._abandonments.record(
+                stream,
+                query_id,
+                r.split,
+                r.start,
+                r.until,
+                f"cluster went away while agent {shown(agent_id)} read it",
+            )
+        if held:
+            self._registry.hold(agent_id, stream, held)
