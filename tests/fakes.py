@@ -32,6 +32,8 @@ from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.operations.reports import LeaderReports
+from multikafka.coordinator.operations.streams import StreamOperations
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.planning.entry import EntryOffsets
 from multikafka.coordinator.runtime.leader import LeaderDuties
@@ -440,6 +442,14 @@ class Parts:
     @property
     def link(self) -> AgentLink:
         return self.duties.link
+
+    @property
+    def operations(self) -> StreamOperations:
+        return self.duties.operations
+
+    @property
+    def reports(self) -> LeaderReports:
+        return self.duties.reports
 
     def kinds(self, stream: str = "s") -> list[str]:
         """History kinds of ``stream`` other than the reconciler's own entries."""

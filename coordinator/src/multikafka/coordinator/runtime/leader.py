@@ -9,8 +9,9 @@ next but what is in etcd. Every write they make goes through the fenced etcd
 client, so a deposed leader's late write is refused.
 
 The term's use cases, which the gRPC services call, are built over these
-components here: :attr:`LeaderDuties.batches` (Planner) and
-:attr:`LeaderDuties.link` (Reader).
+components here: :attr:`LeaderDuties.batches` (Planner),
+:attr:`LeaderDuties.link` (Reader), :attr:`LeaderDuties.operations` and
+:attr:`LeaderDuties.reports` (Admin).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from multikafka.coordinator.clusters.discovery import Discovery, MetadataClientF
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.operations.reports import LeaderReports
+from multikafka.coordinator.operations.streams import StreamOperations
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.planning.entry import EntryOffsets
 from multikafka.coordinator.state.etcd import FencedEtcd
@@ -83,6 +86,12 @@ class LeaderDuties:
         )
         self.link = AgentLink(
             store, self.registry, self.reconciler, self.marks, self.abandonments, metrics
+        )
+        self.reports = LeaderReports(
+            store, self.discovery, metrics, self.history, self.queries, self.registry
+        )
+        self.operations = StreamOperations(
+            store, self.lifecycle, self.history, self.marks, self.registry, self.reports
         )
 
     async def load(self) -> None:

@@ -33,6 +33,8 @@ from multikafka.coordinator.clusters.discovery import MetadataClientFactory
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
 from multikafka.coordinator.config import CoordinatorConfig, TlsFiles
 from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.operations.reports import Reports, StandbyReports
+from multikafka.coordinator.operations.status import EtcdHealth, PeerReplica, ReplicaStatus
 from multikafka.coordinator.runtime.election import Election, Replica
 from multikafka.coordinator.runtime.leader import LeaderDuties
 from multikafka.coordinator.runtime.probes import ProbeServer
@@ -79,6 +81,14 @@ class Coordinator:
         self.etcd = Etcd(config.etcd)
         self.fenced = FencedEtcd(self.etcd, self._fence, self._fenced)
         self.store = MetadataStore(self.fenced, self.prefix)
+        #: What this replica tells operators while it does not lead.
+        self._standby_reports = StandbyReports(
+            self.store,
+            self.etcd,
+            self.prefix,
+            config.history_size,
+            lambda: self.leader_address,
+        )
         self.election: Election | None = None
         #: The current term's duties while this replica leads.
         self.duties: LeaderDuties | None = None
@@ -119,6 +129,45 @@ class Coordinator:
         if duties is None or self.election is None or not self.election.is_leader:
             raise NotLeaderError(self.leader_address)
         return duties
+
+    def reports(self) -> Reports:
+        """What this replica tells operators: the term's reports while it
+        leads (or its term is ending), else a standby's."""
+        duties = self.duties
+        return duties.reports if duties is not None else self._standby_reports
+
+    async def status(self) -> ReplicaStatus:
+        """This replica, etcd as it sees it, and the replicas announced there."""
+        endpoints = [str(e) for e in self.config.etcd.endpoints]
+        connected = str(self.etcd.endpoint)
+        version, reachable, error = "", False, ""
+        try:
+            version = await asyncio.wait_for(self.etcd.version(), 2.0)
+            reachable = True
+            replicas = await self.replicas()
+        except (UnavailableError, asyncio.TimeoutError) as exc:
+            error = str(exc) or "no answer within 2 s"
+            replicas = []
+        election = self.election
+        leader = election.leader if election is not None else None
+        return ReplicaStatus(
+            role="leader" if self.is_leader else "standby",
+            leader=self.leader_address,
+            id=self.id,
+            address=self.address,
+            etcd=EtcdHealth(endpoints, connected, reachable, version, error),
+            generation=self.store.revision,
+            elections=election.elections if election is not None else 0,
+            replicas=[
+                PeerReplica(
+                    r.id,
+                    r.address,
+                    "leader" if leader is not None and r.id == leader.id else "standby",
+                    r.since_ms,
+                )
+                for r in replicas
+            ],
+        )
 
     @property
     def can_serve(self) -> bool:
@@ -257,7 +306,9 @@ class Coordinator:
                 ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
             ],
         )
-        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self), server)
+        admin_pb2_grpc.add_AdminServicer_to_server(
+            AdminService(lambda: self.leading().operations, self.reports, self), server
+        )
         planner_pb2_grpc.add_PlannerServicer_to_server(
             PlannerService(lambda: self.leading().batches, self.store), server
         )
