@@ -50,7 +50,7 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from multikafka.coordinator.runtime.server import MAX_REQUEST_BYTES
+from multikafka.coordinator.runtime.services import MAX_REQUEST_BYTES
 from multikafka.core import offsets as ov
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, CoordinatorThread

@@ -1,11 +1,12 @@
 """The coordinator process: one replica of the coordinator service.
 
 Every replica keeps a warm copy of the metadata (the etcd watch), serves the
-gRPC services (Admin, Planner, Reader, health, reflection) and the HTTP
-listener (metrics and probes), announces itself under ``<prefix>/replicas/``
-and campaigns for leadership (:mod:`multikafka.coordinator.runtime.election`). The leader alone
-runs the duties of a term (:mod:`multikafka.coordinator.runtime.leader`); a standby answers
-read-only calls and tells clients where the leader is.
+gRPC services (:mod:`.services`: Admin, Planner, Reader, health, reflection)
+and the HTTP listener (metrics and probes), announces itself under
+``<prefix>/replicas/`` (:mod:`.presence`) and campaigns for leadership
+(:mod:`.election`). The leader alone runs the duties of a term and its use
+cases (:mod:`.leader`); a standby answers read-only calls (its reports read
+etcd) and tells clients where the leader is.
 """
 
 from __future__ import annotations
@@ -18,51 +19,31 @@ import socket
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
-from multikafka.coordinator.api.admin import AdminService
-from multikafka.coordinator.api.auth import AuthInterceptor
-from multikafka.coordinator.api.planner import PlannerService
-from multikafka.coordinator.api.reader import ReaderService, add_reader_service
-from multikafka.coordinator.api.rpc import ParseInterceptor
 from multikafka.coordinator.clusters.discovery import MetadataClientFactory
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
-from multikafka.coordinator.config import CoordinatorConfig, TlsFiles
+from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.operations.reports import Reports, StandbyReports
 from multikafka.coordinator.operations.status import EtcdHealth, PeerReplica, ReplicaStatus
 from multikafka.coordinator.runtime.election import Election, Replica
 from multikafka.coordinator.runtime.leader import LeaderDuties
+from multikafka.coordinator.runtime.presence import Presence
 from multikafka.coordinator.runtime.probes import ProbeServer
+from multikafka.coordinator.runtime.services import SERVICE_NAMES, start_grpc_server
 from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import NotLeaderError, UnavailableError
 from multikafka.core.retry import Backoff, retry_async
-from multikafka.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    planner_pb2,
-    planner_pb2_grpc,
-    reader_pb2,
-)
 
 logger = logging.getLogger(__name__)
 
-SERVICE_NAMES = (
-    admin_pb2.DESCRIPTOR.services_by_name["Admin"].full_name,
-    planner_pb2.DESCRIPTOR.services_by_name["Planner"].full_name,
-    reader_pb2.DESCRIPTOR.services_by_name["Reader"].full_name,
-)
 #: gRPC health service name that is SERVING on the leader only.
 LEADER_HEALTH = "multikafka.leader"
-#: Largest request accepted (a stream document is refused above 1 MiB with a
-#: clear message; beyond this gRPC refuses the message itself).
-MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
 
 class Coordinator:
@@ -100,9 +81,14 @@ class Coordinator:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._probes: ProbeServer | None = None
-        self._presence_lease: int | None = None
         self._etcd_ok = False
         self.started_ms = int(time.time() * 1000)
+        self._presence = Presence(
+            self.etcd,
+            self.prefix,
+            lambda: Replica(self.id, self.address, self.started_ms),
+            ttl_s=max(int(config.lease_ttl_s * 3), 3),
+        )
         self.port = 0
         self.metrics_port = 0
 
@@ -144,7 +130,7 @@ class Coordinator:
         try:
             version = await asyncio.wait_for(self.etcd.version(), 2.0)
             reachable = True
-            replicas = await self.replicas()
+            replicas = await self._presence.replicas()
         except (UnavailableError, asyncio.TimeoutError) as exc:
             error = str(exc) or "no answer within 2 s"
             replicas = []
@@ -250,12 +236,6 @@ class Coordinator:
         if duties is not None:
             await duties.stop()
 
-    async def replicas(self) -> list[Replica]:
-        """The replicas that announce themselves in etcd now."""
-        kvs, _ = await self.etcd.get_prefix(f"{self.prefix}/replicas/")
-        found = [Replica.from_json(kv.value) for kv in kvs]
-        return sorted((r for r in found if r is not None), key=lambda r: r.address)
-
     def _fence(self) -> Fence | None:
         return self.election.fence() if self.election is not None else None
 
@@ -265,21 +245,12 @@ class Coordinator:
 
     async def _announce(self) -> None:
         """Keep this replica's entry under ``<prefix>/replicas/`` (for ``status``)."""
-        key = f"{self.prefix}/replicas/{self.id}"
-        me = Replica(self.id, self.address, self.started_ms).to_json()
         try:
-            if self._presence_lease is not None and (
-                await self.etcd.refresh_lease(self._presence_lease) > 0
-            ):
-                self._etcd_ok = True
-                return
-            ttl = max(int(self.config.lease_ttl_s * 3), 3)
-            self._presence_lease = await self.etcd.grant_lease(ttl)
-            await self.etcd.put(key, me, lease=self._presence_lease)
-            self._etcd_ok = True
+            await self._presence.announce()
         except UnavailableError:
             self._etcd_ok = False
             raise
+        self._etcd_ok = True
 
     async def _update_health(self) -> None:
         serving = health_pb2.HealthCheckResponse.SERVING
@@ -293,43 +264,14 @@ class Coordinator:
         )
 
     async def _serve(self) -> None:
-        server = grpc.aio.server(
-            interceptors=[
-                AuthInterceptor(
-                    self.config.admin_token, self.config.reader_token, mtls=self.config.mtls
-                ),
-                ParseInterceptor("/multikafka.v1."),
-            ],
-            options=[
-                ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
-            ],
+        self._server, self.port = await start_grpc_server(
+            self.config,
+            self._health,
+            leading=self.leading,
+            reports=self.reports,
+            replica=self,
+            store=self.store,
         )
-        admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminService(lambda: self.leading().operations, self.reports, self), server
-        )
-        planner_pb2_grpc.add_PlannerServicer_to_server(
-            PlannerService(lambda: self.leading().batches, self.store), server
-        )
-        add_reader_service(
-            ReaderService(
-                lambda: self.leading().link, self.store, self.config.heartbeat_interval_s
-            ),
-            server,
-        )
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (*SERVICE_NAMES, reflection.SERVICE_NAME, health.SERVICE_NAME), server
-        )
-        if self.config.tls is not None:
-            self.port = server.add_secure_port(
-                self.config.listen, _server_credentials(self.config.tls)
-            )
-        else:
-            self.port = server.add_insecure_port(self.config.listen)
-        await server.start()
-        self._server = server
         if self.config.metrics_listen:
             self._probes = ProbeServer(self.config.metrics_listen, self, self.metrics.registry)
             self.metrics_port = self._probes.port
@@ -349,9 +291,7 @@ class Coordinator:
             await self._server.stop(grace_s)
         if self._probes is not None:
             self._probes.close()
-        if self._presence_lease is not None:
-            with contextlib.suppress(UnavailableError):
-                await self.etcd.revoke_lease(self._presence_lease)
+        await self._presence.withdraw()
         await self.store.stop()
         await self.etcd.close()
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -359,11 +299,3 @@ class Coordinator:
     async def wait(self) -> None:
         if self._server is not None:
             await self._server.wait_for_termination()
-
-
-def _server_credentials(tls: TlsFiles) -> grpc.ServerCredentials:
-    return grpc.ssl_server_credentials(
-        [(Path(tls.key).read_bytes(), Path(tls.cert).read_bytes())],
-        root_certificates=Path(tls.client_ca).read_bytes() if tls.client_ca else None,
-        require_client_auth=bool(tls.client_ca),
-    )
