@@ -168,6 +168,10 @@ def make_world(address: str, kafka: KafkaClusters, *, records: int = 0) -> World
                 for c in admin.get_stream(world.stream).clusters
             )
         )
+        # The reconciler records the change once discovery has synced it, which
+        # can come after discovery's own round found the cluster: wait for it,
+        # or it lands in the fuzz's "after" as a change the fuzz made.
+        eventually(lambda: any(e.kind == "reconcile" for e in admin.history(world.stream)))
     return world
 
 
