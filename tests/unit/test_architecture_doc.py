@@ -59,7 +59,7 @@ def test_every_named_file_exists_and_holds_its_names(
 
 def _file_of(name: str) -> Path | None:
     """The file of a module named as it imports, or of a repository path."""
-    if "/" in name or name.endswith((".toml", ".proto", ".c")):
+    if "/" in name or (REPO / name).is_file():
         return REPO / name
     spec = importlib.util.find_spec(name)
     return Path(spec.origin) if spec is not None and spec.origin else None
