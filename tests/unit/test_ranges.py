@@ -52,7 +52,7 @@ def test_a_plan_comes_back_as_its_tasks() -> None:
         (SplitRange("west", "orders", 0, 7, 8),),
     ]
     msg.task_ranges[0] = 1
-    with pytest.raises(ValidationError, match="task_ranges must add up"):
+    with pytest.raises(ValidationError, match="task_ranges must be >= 1 and add up"):
         tasks_of(msg)
 
 
