@@ -29,6 +29,8 @@ def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        # Its console progress bars would write over the caller's output.
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
         .config("spark.driver.memory", "2g")
         .config("spark.sql.streaming.stopTimeout", "30s")
