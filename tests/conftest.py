@@ -200,11 +200,37 @@ def agents() -> Iterator[list[ReaderAgent]]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """The one SparkSession of the test session (local[2])."""
+    """The one Spark of the test session (local[2]): this classic session,
+    and a Spark Connect server on the same Spark (:func:`connect_spark`)."""
+    from multikafka.devstack.processes import free_port
     from multikafka.devstack.spark import local_spark
 
-    session = local_spark("multikafka-tests")
+    session = local_spark("multikafka-tests", connect_port=free_port())
     try:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(spark: SparkSession) -> Iterator[SparkSession]:
+    """A Spark Connect session (``pyspark[connect]``, gRPC to the Spark
+    Connect server of :func:`spark`): what a job sees on a managed runtime
+    or through ``builder.remote(...)``. Nothing is registered in it: it finds
+    the ``multikafka`` format through PySpark's discovery."""
+    from multikafka.devstack.spark import connect_session
+
+    session = connect_session(int(spark.conf.get("spark.connect.grpc.binding.port") or 0))
+    try:
+        yield session  # type: ignore[misc]
+    finally:
+        session.stop()
+
+
+@pytest.fixture(params=["classic", "connect"])
+def any_spark(request: pytest.FixtureRequest, spark: SparkSession) -> SparkSession:
+    """The test runs once in the classic session and once over Spark Connect."""
+    if request.param == "classic":
+        return spark
+    connect: SparkSession = request.getfixturevalue("connect_spark")
+    return connect

@@ -62,10 +62,13 @@ class Env:
 
     def __init__(self, root: Path) -> None:
         venv.create(root, with_pip=True)
+        self.root = root
         self.bin = root / "bin"
         self.python = str(self.bin / "python")
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        # From the environment's folder: the checkout's folders must not
+        # shadow what is installed.
         return subprocess.run(
             list(args),
             capture_output=True,
@@ -73,6 +76,7 @@ class Env:
             timeout=600,
             env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **env},
             check=False,
+            cwd=self.root,
         )
 
     def install(self, dist: Path, name: str, **env: str) -> None:
@@ -94,14 +98,17 @@ def fresh(tmp_path: Path) -> Env:
 
 
 def test_every_wheel_installs_under_multikafka_only(dist: Path) -> None:
-    """One top-level import name (``multikafka``), no file in two wheels,
-    and only the reader's wheel holds compiled code."""
+    """One top-level import name (``multikafka``; the Spark source's wheel
+    also ``pyspark_multikafka``, the module PySpark's data-source discovery
+    looks for), no file in two wheels, and only the reader's wheel holds
+    compiled code."""
     seen: dict[str, str] = {}
     for name, wheel in _wheels(dist).items():
         with zipfile.ZipFile(wheel) as z:
             files = [f for f in z.namelist() if ".dist-info/" not in f]
         tops = {f.split("/")[0] for f in files}
-        assert tops == {"multikafka"}, (name, tops)
+        discovery = {"pyspark_multikafka"} if name == "multikafka_spark" else set()
+        assert tops == {"multikafka"} | discovery, (name, tops)
         for f in files:
             assert f not in seen, f"{f} is in {name} and {seen.get(f)}"
             seen[f] = name
@@ -150,6 +157,31 @@ def test_the_spark_source_installs_without_etcd(dist: Path, fresh: Env) -> None:
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.strip() == "multikafka"
+    # A new Spark session finds the format by itself: no import, no register.
+    spark = fresh.run(
+        fresh.python,
+        "-c",
+        NO_CODE_QUERY,
+        PYSPARK_PYTHON=fresh.python,
+        PYSPARK_DRIVER_PYTHON=fresh.python,
+        SPARK_LOCAL_IP="127.0.0.1",
+    )
+    assert spark.returncode == 0, spark.stderr[-3000:]
+    assert spark.stdout.splitlines()[-1] == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "timestamp:timestamp,timestampType:int,cluster:string>"
+    )
+
+
+#: A job that never imports multikafka: PySpark discovers ``pyspark_multikafka``.
+NO_CODE_QUERY = """
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+df = (spark.readStream.format("multikafka")
+      .option("coordinator", "127.0.0.1:7070").option("stream", "orders").load())
+print(df.schema.simpleString())
+spark.stop()
+"""
 
 
 def test_the_umbrella_installs_everything_with_the_cli(dist: Path, fresh: Env) -> None:

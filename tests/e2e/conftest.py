@@ -14,7 +14,11 @@ if TYPE_CHECKING:
 @pytest.fixture(autouse=True)
 def _stop_queries(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
-    if "spark" in request.fixturenames:
-        spark: SparkSession = request.getfixturevalue("spark")
-        for query in spark.streams.active:
-            query.stop()
+    used = set(request.fixturenames)
+    if "any_spark" in used:  # one of the two, torn down by now: both are checked
+        used |= {"spark", "connect_spark"}
+    for name in ("spark", "connect_spark"):
+        if name in used:
+            spark: SparkSession = request.getfixturevalue(name)
+            for query in spark.streams.active:
+                query.stop()

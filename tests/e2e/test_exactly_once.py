@@ -99,12 +99,13 @@ def test_two_clusters_two_topics_exactly_once(
 
 
 def test_restart_from_checkpoint_continues_exactly_once(
-    spark: SparkSession,
+    any_spark: SparkSession,
     coordinator: CoordinatorThread,
     admin: AdminClient,
     kafka: KafkaClusters,
     tmp_path: Path,
 ) -> None:
+    spark = any_spark  # classic, then Spark Connect
     s = _two_by_two(kafka, admin, 2000)
     name, expected, topics = s.stream, s.expected, s.topics
     # First run: a continuous query, stopped in the middle of the stream.
@@ -163,8 +164,12 @@ def test_topic_added_mid_query_is_read_from_earliest(
 
 
 def test_batch_read(
-    spark: SparkSession, coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+    any_spark: SparkSession,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
 ) -> None:
+    spark = any_spark  # classic, then Spark Connect
     s = _two_by_two(kafka, admin, 1000)
     name, expected, topics = s.stream, s.expected, s.topics
     df = batch_source(spark, coordinator.address, name)

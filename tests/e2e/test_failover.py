@@ -96,6 +96,18 @@ def e2e(
     return E2E(spark, coordinator, admin, kafka, tmp_path)
 
 
+@pytest.fixture
+def e2e_any(
+    any_spark: Any,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> E2E:
+    """:func:`e2e`, once in the classic session and once over Spark Connect."""
+    return E2E(any_spark, coordinator, admin, kafka, tmp_path)
+
+
 def test_planned_migration_reads_every_record_once(e2e: E2E) -> None:
     old, new = e2e.kafka.shared(2)
     topic = e2e.topic(old, new)
@@ -209,7 +221,8 @@ def _duplicates_within_margin(
     )
 
 
-def test_failover_timestamp_strategy_loses_nothing(e2e: E2E) -> None:
+def test_failover_timestamp_strategy_loses_nothing(e2e_any: E2E) -> None:
+    e2e = e2e_any
     run = _failover_run(e2e, strategy="timestamp", margin_ms=1000)
     _duplicates_within_margin(e2e.rows(), run, 1000)
     kinds = [e.kind for e in e2e.admin.history(run.stream)]

@@ -83,11 +83,12 @@ def _secured(
 
 
 def test_query_over_tls_with_reader_token_reads_exactly_once(
-    spark: SparkSession,
+    any_spark: SparkSession,
     make_coordinator: Callable[..., CoordinatorThread],
     kafka: KafkaClusters,
     tmp_path: Path,
 ) -> None:
+    spark = any_spark  # classic, then Spark Connect
     s = _secured(make_coordinator, kafka, tmp_path)
     out = tmp_path / "out"
     query = run_available_now(spark, s.address, s.stream, out, **s.tls_options())

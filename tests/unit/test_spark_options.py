@@ -379,3 +379,72 @@ def test_declared_schema_follows_the_decoding_options() -> None:
 def test_declared_schema_refuses_bad_decoding_options() -> None:
     with pytest.raises(ValidationError, match="option valueSchema"):
         MultiKafkaDataSource({**BASE, "valueFormat": "json"}).schema()
+
+
+class _ConnectSession:
+    """What a Spark Connect session offers ``register``: no SparkContext
+    (``JVM_ATTRIBUTE_NOT_SUPPORTED``), a configuration, and registration."""
+
+    def __init__(self, conf: dict[str, str]) -> None:
+        from types import SimpleNamespace
+
+        self._conf = conf
+        self.registered: list[type] = []
+        self.conf = SimpleNamespace(get=lambda key, default=None: self._conf.get(key, default))
+        self.dataSource = SimpleNamespace(register=self.registered.append)
+
+    @property
+    def sparkContext(self) -> object:
+        from pyspark.errors import PySparkAttributeError
+
+        raise PySparkAttributeError(
+            errorClass="JVM_ATTRIBUTE_NOT_SUPPORTED",
+            messageParameters={"attr_name": "sparkContext"},
+        )
+
+
+@pytest.mark.parametrize(
+    ("conf", "parallelism"),
+    [
+        ({"spark.master": "local[3]"}, 3),
+        ({"spark.master": "local[4,2]"}, 4),
+        ({"spark.master": "local[*]"}, 0),
+        ({"spark.master": "spark://m:7077", "spark.default.parallelism": "12"}, 12),
+        (
+            {
+                "spark.master": "k8s://x",
+                "spark.executor.instances": "5",
+                "spark.executor.cores": "4",
+            },
+            20,
+        ),
+        ({"spark.master": "yarn"}, 0),
+    ],
+)
+def test_register_works_over_spark_connect(conf: dict[str, str], parallelism: int) -> None:
+    """A Connect session has no SparkContext: ``register`` reads the
+    parallelism from the configuration, or does without it (0)."""
+    import multikafka.spark
+
+    spark = _ConnectSession(conf)
+    cls = multikafka.spark.register(spark)  # type: ignore[arg-type]
+    assert spark.registered == [cls]
+    assert cls.default_parallelism == parallelism
+
+
+def test_pyspark_finds_the_source_without_code() -> None:
+    """PySpark's own discovery: a top-level ``pyspark_*`` module with a
+    ``DefaultSource`` (``pyspark/sql/worker/lookup_data_sources.py``)."""
+    from importlib import import_module
+    from pkgutil import iter_modules
+
+    from pyspark.sql.datasource import DataSource
+
+    from multikafka.spark import MultiKafkaDataSource
+
+    found = [m.name for m in iter_modules() if m.name.startswith("pyspark_")]
+    assert "pyspark_multikafka" in found
+    source = import_module("pyspark_multikafka").DefaultSource
+    assert issubclass(source, DataSource)
+    assert source is MultiKafkaDataSource
+    assert source.name() == "multikafka"

@@ -10,10 +10,15 @@ import multikafka.spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
 
 
-def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession:
+def local_spark(
+    app_name: str = "multikafka", *, cores: int = 2, connect_port: int | None = None
+) -> SparkSession:
     """``local[cores]`` Spark whose Python workers run this interpreter.
+    With ``connect_port``, the same Spark also serves Spark Connect on
+    ``127.0.0.1:<connect_port>`` (its plugin; :func:`connect_session`).
 
     Start it before any gRPC server or channel is active in this process:
     launching the JVM forks, and gRPC's fork handlers break a fork taken while
@@ -25,7 +30,7 @@ def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -36,8 +41,24 @@ def local_spark(app_name: str = "multikafka", *, cores: int = 2) -> SparkSession
         .config("spark.sql.streaming.stopTimeout", "30s")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
     )
+    if connect_port is not None:
+        builder = (
+            builder.config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
+            .config("spark.connect.grpc.binding.address", "127.0.0.1")
+            .config("spark.connect.grpc.binding.port", str(connect_port))
+        )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     multikafka.spark.register(spark)
     return spark
+
+
+def connect_session(port: int) -> ConnectSparkSession:
+    """A Spark Connect session (``pyspark[connect]``) on the local Spark that
+    :func:`local_spark` started with ``connect_port=port``. It sits beside that
+    process's classic session, which ``builder.remote("local[N]")`` refuses
+    (it would start a second Spark)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()

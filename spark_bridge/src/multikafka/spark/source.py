@@ -11,6 +11,7 @@ executors, so a reader opens its gRPC channel lazily and drops it when pickled.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -230,18 +231,53 @@ class MultiKafkaDataSource(DataSource):
 
 
 def register(spark: SparkSession) -> type[MultiKafkaDataSource]:
-    """Register the ``multikafka`` format with ``spark``, knowing how many
-    tasks the session runs at once (``spark.default.parallelism``). Spark
-    pickles the registered class by value, so the number reaches the Python
-    workers that plan micro-batches. Returns the class registered."""
+    """Register the ``multikafka`` format with ``spark`` (a classic or a Spark
+    Connect session), knowing how many tasks the session runs at once
+    (:func:`parallelism_of`). Spark pickles the registered class by value, so
+    the number reaches the Python workers that plan micro-batches. Returns the
+    class registered.
+
+    Not needed for the format to work: PySpark finds ``pyspark_multikafka``
+    by itself (without the number: one task per split with records)."""
     source = type(
         "MultiKafkaDataSource",
         (MultiKafkaDataSource,),
         {
-            "default_parallelism": int(spark.sparkContext.defaultParallelism),
+            "default_parallelism": parallelism_of(spark),
             "__module__": __name__,
             "__doc__": MultiKafkaDataSource.__doc__,
         },
     )
     spark.dataSource.register(source)
     return source
+
+
+def parallelism_of(spark: SparkSession) -> int:
+    """How many tasks ``spark`` runs at once, 0 when it cannot tell.
+
+    A classic session asks its SparkContext (``defaultParallelism``). A Spark
+    Connect session has none, only the configuration: ``spark.default.parallelism``
+    when set; else ``local[N]`` masters give N, and static executors
+    (``spark.executor.instances`` times ``spark.executor.cores``) their product."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect: JVM_ATTRIBUTE_NOT_SUPPORTED
+        pass
+
+    def conf(key: str) -> str:
+        return str(spark.conf.get(key, "") or "").strip()
+
+    if conf("spark.default.parallelism").isdigit():
+        return int(conf("spark.default.parallelism"))
+    local = _LOCAL.fullmatch(conf("spark.master"))
+    if local is not None:
+        return int(local.group(1))
+    executors, cores = conf("spark.executor.instances"), conf("spark.executor.cores")
+    if executors.isdigit() and cores.isdigit():
+        return int(executors) * int(cores)
+    return 0
+
+
+#: ``local[N]`` and ``local[N,retries]`` (``local[*]`` is the server's cores,
+#: which a Connect client cannot know).
+_LOCAL = re.compile(r"local\[(\d+)(?:,\s*\d+)?\]")
