@@ -21,7 +21,7 @@ from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent import ReaderAgent
+from multikafka.reader_agent import ReaderAgent, arrow
 from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.plan import tasks_from_plan
 from multikafka.v1 import planner_pb2
@@ -229,6 +229,17 @@ def test_metrics_endpoint_reports_what_happened(
         assert scrape()[generation] == info.generation
         agent.connect(coord.address)
         eventually(lambda: scrape()[readers] == 1)
+        # Each agent says how it converts Kafka messages into Arrow.
+        used = arrow.active_converter()
+        assert used in ("c-direct", "c-accessors", "python")
+        (listed,) = eventually(admin.readers)
+        assert listed.converter == used
+        by_converter = scrape()
+        assert by_converter[("multikafka_reader_converters", frozenset({("converter", used)}))] == 1
+        others = {"c-direct", "c-accessors", "python", "unknown"} - {used}
+        for other in others:
+            key = ("multikafka_reader_converters", frozenset({("converter", other)}))
+            assert by_converter[key] == 0
         done = admin.failover(name, "a", "b", margin_ms=1000)
     after = eventually(lambda: (s := scrape())[latencies] > before[latencies] and s)
     assert after[failovers] == 1

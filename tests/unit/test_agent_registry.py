@@ -180,3 +180,27 @@ def test_holdings_gather_the_splits_of_every_task_and_age_out(
     now[0] += 1
     assert agent.held("s") == []
     assert agent.holdings == {}
+
+
+async def test_a_standby_sees_how_each_agent_converts() -> None:
+    """The converter an agent registers with is kept in etcd with its
+    registration, so a standby's ``admin readers`` shows it too; one from
+    before agents said reads as unknown ("")."""
+    import json
+
+    from tests.fakes import FakeEtcd
+
+    etcd = FakeEtcd()
+    registry = AgentRegistry(etcd=etcd, prefix="/t", ttl_s=10)  # type: ignore[arg-type]
+    await registry.start()
+    try:
+        await registry.register("a1", "h", 1, "c-accessors")
+        await registry.register("a2", "h", 2, "python")
+        await registry.register("a1", "h", 1, "c-direct")  # registers again, now direct
+        await etcd.put(
+            "/t/readers/old", json.dumps({"host": "h", "pid": 3, "registered_ms": 0}).encode()
+        )
+        seen = {a.agent_id: a.converter for a in await AgentRegistry.persisted(etcd, "/t")}  # type: ignore[arg-type]
+        assert seen == {"a1": "c-direct", "a2": "python", "old": ""}
+    finally:
+        await registry.stop()

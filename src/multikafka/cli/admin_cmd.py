@@ -389,11 +389,12 @@ def readers() -> None:
 @readers.command("list")
 @pass_ctx
 def readers_list(ctx: Ctx) -> None:
-    """Registered agents, the generation each applied, their sub-readers."""
+    """Registered agents, the generation each applied, how each converts
+    Kafka messages into Arrow, their sub-readers."""
 
     def render(items: list[admin_pb2.ReaderInfo]) -> None:
         table = Table(title="reader agents")
-        for col in ("agent", "host:pid", "generation", "subscribed", "sub-readers"):
+        for col in ("agent", "host:pid", "generation", "subscribed", "converter", "sub-readers"):
             table.add_column(col)
         for r in items:
             table.add_row(
@@ -401,6 +402,7 @@ def readers_list(ctx: Ctx) -> None:
                 f"{r.host}:{r.pid}",
                 str(r.applied_generation),
                 "yes" if r.subscribed else "no",
+                r.converter or "?",
                 ", ".join(r.sub_readers),
             )
         console.print(table)

@@ -4,8 +4,9 @@ removed when it goes away, so no series outlives what it describes."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -17,6 +18,10 @@ _PER_CLUSTER = ("stream", "cluster")
 #: their counters (SubReaderStats: malformed_records, corrupt_records,
 #: malformed_failures).
 MALFORMED_MODES = ("DROPMALFORMED", "PERMISSIVE", "FAILFAST")
+
+
+#: The converters an agent reports (``multikafka.reader_agent.arrow``).
+CONVERTERS = ("c-direct", "c-accessors", "python")
 
 
 class Metrics:
@@ -103,6 +108,14 @@ class Metrics:
             registry=r,
         )
         self.readers = Gauge("multikafka_readers", "Registered reader agents.", registry=r)
+        self.converters = Gauge(
+            "multikafka_reader_converters",
+            "Registered reader agents by how they convert Kafka messages into Arrow: "
+            "c-direct (compiled, reading the structs), c-accessors (compiled, through the "
+            "accessor methods) or python.",
+            ["converter"],
+            registry=r,
+        )
         self.leader = Gauge(
             "multikafka_leader", "1 while this replica is the leader, else 0.", registry=r
         )
@@ -175,6 +188,14 @@ class Metrics:
         for mode in MALFORMED_MODES:
             with contextlib.suppress(KeyError):
                 self.malformed.remove(stream, cluster, mode)
+
+    def count_converters(self, converters: Iterable[str]) -> None:
+        """Set :attr:`converters` to how many agents use each converter (0 for
+        one no agent uses any more). Labels stay few: an agent that names no
+        known converter counts as ``unknown``."""
+        counts = collections.Counter(c if c in CONVERTERS else "unknown" for c in converters)
+        for name in {*CONVERTERS, "unknown"}:
+            self.converters.labels(name).set(counts.get(name, 0))
 
     def forget_stream(self, stream: str, clusters: list[str]) -> None:
         for cluster in clusters:

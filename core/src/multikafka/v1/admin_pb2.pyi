@@ -424,12 +424,15 @@ class ReaderInfo(_message.Message):
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _builtins.int
     SUB_READERS_FIELD_NUMBER: _builtins.int
     SUBSCRIBED_FIELD_NUMBER: _builtins.int
+    CONVERTER_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     host: _builtins.str
     pid: _builtins.int
     applied_generation: _builtins.int
     last_heartbeat_ms: _builtins.int
     subscribed: _builtins.bool
+    converter: _builtins.str
+    """How it converts Kafka messages into Arrow (c-direct, c-accessors, python)."""
     @_builtins.property
     def sub_readers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"stream/cluster" sub-readers open in this agent."""
@@ -444,10 +447,11 @@ class ReaderInfo(_message.Message):
         last_heartbeat_ms: _builtins.int = ...,
         sub_readers: _abc.Iterable[_builtins.str] | None = ...,
         subscribed: _builtins.bool = ...,
+        converter: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "applied_generation", b"applied_generation", "host", b"host", "last_heartbeat_ms", b"last_heartbeat_ms", "pid", b"pid", "sub_readers", b"sub_readers", "subscribed", b"subscribed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "applied_generation", b"applied_generation", "converter", b"converter", "host", b"host", "last_heartbeat_ms", b"last_heartbeat_ms", "pid", b"pid", "sub_readers", b"sub_readers", "subscribed", b"subscribed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

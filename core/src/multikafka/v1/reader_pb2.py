@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from multikafka.v1 import common_pb2 as multikafka_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amultikafka/v1/reader.proto\x12\rmultikafka.v1\x1a\x1amultikafka/v1/common.proto\">\n\x0fRegisterRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\"E\n\x10RegisterResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x03\"$\n\x10SubscribeRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"r\n\x0e\x43lusterDesired\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t\x12*\n\x05state\x18\x04 \x01(\x0e\x32\x1b.multikafka.v1.ClusterState\"|\n\x0eReconcileEvent\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12/\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1d.multikafka.v1.ClusterDesired\x12\x13\n\x0bobserved_ms\x18\x04 \x01(\x03\"\xd3\x01\n\x0eSubReaderStats\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x14\n\x0crecords_read\x18\x03 \x01(\x03\x12\x10\n\x08restarts\x18\x04 \x01(\x03\x12\x18\n\x10\x61\x62\x61ndoned_ranges\x18\x05 \x01(\x03\x12\x0e\n\x06splits\x18\x06 \x03(\t\x12\x19\n\x11malformed_records\x18\x07 \x01(\x03\x12\x17\n\x0f\x63orrupt_records\x18\x08 \x01(\x03\x12\x1a\n\x12malformed_failures\x18\t \x01(\x03\"t\n\x10HeartbeatRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1a\n\x12\x61pplied_generation\x18\x02 \x01(\x03\x12\x32\n\x0bsub_readers\x18\x03 \x03(\x0b\x32\x1d.multikafka.v1.SubReaderStats\"6\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\x12\x12\n\ngeneration\x18\x02 \x01(\x03\":\n\nAckRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1a\n\x12\x61pplied_generation\x18\x02 \x01(\x03\"\r\n\x0b\x41\x63kResponse\"I\n\x08ReadMark\x12\r\n\x05split\x18\x01 \x01(\t\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x19\n\x11last_timestamp_ms\x18\x03 \x01(\x03\"\xa6\x01\n\x12ReportReadsRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x10\n\x08query_id\x18\x03 \x01(\t\x12&\n\x05marks\x18\x04 \x03(\x0b\x32\x17.multikafka.v1.ReadMark\x12.\n\tabandoned\x18\x06 \x01(\x0b\x32\x1b.multikafka.v1.RangeColumnsJ\x04\x08\x05\x10\x06\"\x15\n\x13ReportReadsResponse2\x92\x03\n\x06Reader\x12K\n\x08Register\x12\x1e.multikafka.v1.RegisterRequest\x1a\x1f.multikafka.v1.RegisterResponse\x12M\n\tSubscribe\x12\x1f.multikafka.v1.SubscribeRequest\x1a\x1d.multikafka.v1.ReconcileEvent0\x01\x12N\n\tHeartbeat\x12\x1f.multikafka.v1.HeartbeatRequest\x1a .multikafka.v1.HeartbeatResponse\x12\x46\n\x0b\x41\x63knowledge\x12\x19.multikafka.v1.AckRequest\x1a\x1a.multikafka.v1.AckResponse(\x01\x12T\n\x0bReportReads\x12!.multikafka.v1.ReportReadsRequest\x1a\".multikafka.v1.ReportReadsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1amultikafka/v1/reader.proto\x12\rmultikafka.v1\x1a\x1amultikafka/v1/common.proto\"Q\n\x0fRegisterRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x05\x12\x11\n\tconverter\x18\x04 \x01(\t\"E\n\x10RegisterResponse\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x03\"$\n\x10SubscribeRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"r\n\x0e\x43lusterDesired\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x03 \x01(\t\x12*\n\x05state\x18\x04 \x01(\x0e\x32\x1b.multikafka.v1.ClusterState\"|\n\x0eReconcileEvent\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x10\n\x08snapshot\x18\x02 \x01(\x08\x12/\n\x08\x63lusters\x18\x03 \x03(\x0b\x32\x1d.multikafka.v1.ClusterDesired\x12\x13\n\x0bobserved_ms\x18\x04 \x01(\x03\"\xd3\x01\n\x0eSubReaderStats\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x0f\n\x07\x63luster\x18\x02 \x01(\t\x12\x14\n\x0crecords_read\x18\x03 \x01(\x03\x12\x10\n\x08restarts\x18\x04 \x01(\x03\x12\x18\n\x10\x61\x62\x61ndoned_ranges\x18\x05 \x01(\x03\x12\x0e\n\x06splits\x18\x06 \x03(\t\x12\x19\n\x11malformed_records\x18\x07 \x01(\x03\x12\x17\n\x0f\x63orrupt_records\x18\x08 \x01(\x03\x12\x1a\n\x12malformed_failures\x18\t \x01(\x03\"t\n\x10HeartbeatRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1a\n\x12\x61pplied_generation\x18\x02 \x01(\x03\x12\x32\n\x0bsub_readers\x18\x03 \x03(\x0b\x32\x1d.multikafka.v1.SubReaderStats\"6\n\x11HeartbeatResponse\x12\r\n\x05known\x18\x01 \x01(\x08\x12\x12\n\ngeneration\x18\x02 \x01(\x03\":\n\nAckRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1a\n\x12\x61pplied_generation\x18\x02 \x01(\x03\"\r\n\x0b\x41\x63kResponse\"I\n\x08ReadMark\x12\r\n\x05split\x18\x01 \x01(\t\x12\x13\n\x0blast_offset\x18\x02 \x01(\x03\x12\x19\n\x11last_timestamp_ms\x18\x03 \x01(\x03\"\xa6\x01\n\x12ReportReadsRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06stream\x18\x02 \x01(\t\x12\x10\n\x08query_id\x18\x03 \x01(\t\x12&\n\x05marks\x18\x04 \x03(\x0b\x32\x17.multikafka.v1.ReadMark\x12.\n\tabandoned\x18\x06 \x01(\x0b\x32\x1b.multikafka.v1.RangeColumnsJ\x04\x08\x05\x10\x06\"\x15\n\x13ReportReadsResponse2\x92\x03\n\x06Reader\x12K\n\x08Register\x12\x1e.multikafka.v1.RegisterRequest\x1a\x1f.multikafka.v1.RegisterResponse\x12M\n\tSubscribe\x12\x1f.multikafka.v1.SubscribeRequest\x1a\x1d.multikafka.v1.ReconcileEvent0\x01\x12N\n\tHeartbeat\x12\x1f.multikafka.v1.HeartbeatRequest\x1a .multikafka.v1.HeartbeatResponse\x12\x46\n\x0b\x41\x63knowledge\x12\x19.multikafka.v1.AckRequest\x1a\x1a.multikafka.v1.AckResponse(\x01\x12T\n\x0bReportReads\x12!.multikafka.v1.ReportReadsRequest\x1a\".multikafka.v1.ReportReadsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,31 +33,31 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'multikafka.v1.reader_pb2', 
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REGISTERREQUEST']._serialized_start=73
-  _globals['_REGISTERREQUEST']._serialized_end=135
-  _globals['_REGISTERRESPONSE']._serialized_start=137
-  _globals['_REGISTERRESPONSE']._serialized_end=206
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=208
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=244
-  _globals['_CLUSTERDESIRED']._serialized_start=246
-  _globals['_CLUSTERDESIRED']._serialized_end=360
-  _globals['_RECONCILEEVENT']._serialized_start=362
-  _globals['_RECONCILEEVENT']._serialized_end=486
-  _globals['_SUBREADERSTATS']._serialized_start=489
-  _globals['_SUBREADERSTATS']._serialized_end=700
-  _globals['_HEARTBEATREQUEST']._serialized_start=702
-  _globals['_HEARTBEATREQUEST']._serialized_end=818
-  _globals['_HEARTBEATRESPONSE']._serialized_start=820
-  _globals['_HEARTBEATRESPONSE']._serialized_end=874
-  _globals['_ACKREQUEST']._serialized_start=876
-  _globals['_ACKREQUEST']._serialized_end=934
-  _globals['_ACKRESPONSE']._serialized_start=936
-  _globals['_ACKRESPONSE']._serialized_end=949
-  _globals['_READMARK']._serialized_start=951
-  _globals['_READMARK']._serialized_end=1024
-  _globals['_REPORTREADSREQUEST']._serialized_start=1027
-  _globals['_REPORTREADSREQUEST']._serialized_end=1193
-  _globals['_REPORTREADSRESPONSE']._serialized_start=1195
-  _globals['_REPORTREADSRESPONSE']._serialized_end=1216
-  _globals['_READER']._serialized_start=1219
-  _globals['_READER']._serialized_end=1621
+  _globals['_REGISTERREQUEST']._serialized_end=154
+  _globals['_REGISTERRESPONSE']._serialized_start=156
+  _globals['_REGISTERRESPONSE']._serialized_end=225
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=227
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=263
+  _globals['_CLUSTERDESIRED']._serialized_start=265
+  _globals['_CLUSTERDESIRED']._serialized_end=379
+  _globals['_RECONCILEEVENT']._serialized_start=381
+  _globals['_RECONCILEEVENT']._serialized_end=505
+  _globals['_SUBREADERSTATS']._serialized_start=508
+  _globals['_SUBREADERSTATS']._serialized_end=719
+  _globals['_HEARTBEATREQUEST']._serialized_start=721
+  _globals['_HEARTBEATREQUEST']._serialized_end=837
+  _globals['_HEARTBEATRESPONSE']._serialized_start=839
+  _globals['_HEARTBEATRESPONSE']._serialized_end=893
+  _globals['_ACKREQUEST']._serialized_start=895
+  _globals['_ACKREQUEST']._serialized_end=953
+  _globals['_ACKRESPONSE']._serialized_start=955
+  _globals['_ACKRESPONSE']._serialized_end=968
+  _globals['_READMARK']._serialized_start=970
+  _globals['_READMARK']._serialized_end=1043
+  _globals['_REPORTREADSREQUEST']._serialized_start=1046
+  _globals['_REPORTREADSREQUEST']._serialized_end=1212
+  _globals['_REPORTREADSRESPONSE']._serialized_start=1214
+  _globals['_REPORTREADSRESPONSE']._serialized_end=1235
+  _globals['_READER']._serialized_start=1238
+  _globals['_READER']._serialized_end=1640
 # @@protoc_insertion_point(module_scope)

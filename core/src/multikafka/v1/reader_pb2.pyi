@@ -28,19 +28,26 @@ class RegisterRequest(_message.Message):
     AGENT_ID_FIELD_NUMBER: _builtins.int
     HOST_FIELD_NUMBER: _builtins.int
     PID_FIELD_NUMBER: _builtins.int
+    CONVERTER_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     host: _builtins.str
     pid: _builtins.int
+    converter: _builtins.str
+    """How the agent converts Kafka messages into Arrow: "c-direct" (the
+    compiled converter reading confluent-kafka's structs), "c-accessors"
+    (the compiled converter through the accessor methods) or "python".
+    """
     def __init__(
         self,
         *,
         agent_id: _builtins.str = ...,
         host: _builtins.str = ...,
         pid: _builtins.int = ...,
+        converter: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "host", b"host", "pid", b"pid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "converter", b"converter", "host", b"host", "pid", b"pid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

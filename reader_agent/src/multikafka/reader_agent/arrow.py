@@ -181,7 +181,9 @@ def convert(
     ``converter`` (default: ``MULTIKAFKA_CONVERTER``, else ``auto``) is one of
     :data:`CONVERTERS`: ``auto`` reads confluent-kafka's struct with the
     compiled converter when it is built and its layout checks passed, else
-    converts in Python; ``python``; ``c``, the compiled converter (an error if it
+    goes through the accessor methods with it (still about half the Python
+    converter's CPU), else converts in Python; ``python``; ``c``, the
+    compiled converter (an error if it
     is not built), through the accessors if the layout checks failed;
     ``c-accessors``, the compiled converter through the accessors only. A batch
     the compiled converter cannot take (see :meth:`CompiledConverter.convert`) is
@@ -231,9 +233,6 @@ def _compiled(name: str) -> CompiledConverter | None:
                 "compiler and the Python headers builds it)"
             )
         return None
-    if name == "auto":
-        # Through the accessors the compiled converter saves little (docs/benchmarks.md).
-        return found if found.direct else None
     if name == "c-accessors" and found.direct:
         return _accessors_only(found)
     return found

@@ -22,6 +22,7 @@ import grpc
 from multikafka.core.background import BackgroundThreads
 from multikafka.core.retry import Backoff, retry
 from multikafka.core.transport import ConnectConfig, Coordinators
+from multikafka.reader_agent import arrow
 from multikafka.v1 import reader_pb2, reader_pb2_grpc
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,10 @@ class CoordinatorLink:
     def _register(self, stub: reader_pb2_grpc.ReaderStub) -> None:
         stub.Register(
             reader_pb2.RegisterRequest(
-                agent_id=self.agent_id, host=socket.gethostname(), pid=os.getpid()
+                agent_id=self.agent_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                converter=_converter(),
             ),
             metadata=self._metadata(),
             timeout=5,
@@ -209,3 +213,12 @@ class CoordinatorLink:
             stream = self._stream
             if stream is not None:
                 stream.cancel()
+
+
+def _converter() -> str:
+    """The converter this process uses (what operators see in ``admin
+    readers``); an unknown ``MULTIKAFKA_CONVERTER`` says so."""
+    try:
+        return arrow.active_converter()
+    except (ValueError, RuntimeError) as exc:
+        return f"unusable: {exc}"[:200]

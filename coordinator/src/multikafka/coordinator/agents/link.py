@@ -52,9 +52,10 @@ class AgentLink:
         self._abandonments = abandonments
         self._metrics = metrics
 
-    async def register(self, agent_id: str, host: str, pid: int) -> int:
-        """Register the agent (again); returns the current generation."""
-        await self._registry.register(agent_id, host, pid)
+    async def register(self, agent_id: str, host: str, pid: int, converter: str = "") -> int:
+        """Register the agent (again); returns the current generation.
+        ``converter``: how it converts Kafka messages into Arrow."""
+        await self._registry.register(agent_id, host, pid, converter)
         return self._reconciler.generation
 
     async def events(self, agent_id: str) -> AsyncGenerator[bytes, None]:

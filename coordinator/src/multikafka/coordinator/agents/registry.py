@@ -123,6 +123,9 @@ class Agent:
     host: str
     pid: int
     registered_ms: int
+    #: How the agent converts Kafka messages into Arrow (c-direct,
+    #: c-accessors, python; "" from agents before it said).
+    converter: str = ""
     last_heartbeat: float = field(default_factory=time.monotonic)
     last_heartbeat_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     applied_generation: int = 0
@@ -181,13 +184,16 @@ class AgentRegistry:
             with contextlib.suppress(UnavailableError):
                 await self._etcd.revoke_lease(self._lease)
 
-    async def register(self, agent_id: str, host: str, pid: int) -> Agent:
+    async def register(self, agent_id: str, host: str, pid: int, converter: str = "") -> Agent:
         agent = self._agents.get(agent_id)
         if agent is None:
-            agent = self._agents[agent_id] = Agent(agent_id, host, pid, int(time.time() * 1000))
+            agent = self._agents[agent_id] = Agent(
+                agent_id, host, pid, int(time.time() * 1000), converter
+            )
             logger.info(
                 "reader agent registered", extra={"agent": agent_id, "host": host, "pid": pid}
             )
+        agent.converter = converter
         agent.last_heartbeat = time.monotonic()
         await self._persist(agent)
         return agent
@@ -273,14 +279,25 @@ class AgentRegistry:
                 doc = json.loads(kv.value)
                 agent_id = kv.key.rsplit("/", 1)[-1]
                 agents.append(
-                    Agent(agent_id, str(doc["host"]), int(doc["pid"]), int(doc["registered_ms"]))
+                    Agent(
+                        agent_id,
+                        str(doc["host"]),
+                        int(doc["pid"]),
+                        int(doc["registered_ms"]),
+                        str(doc.get("converter", "")),
+                    )
                 )
             except MALFORMED:
                 logger.warning("unreadable reader registration ignored", extra={"key": kv.key})
         return sorted(agents, key=lambda a: a.agent_id)
 
     async def _persist(self, agent: Agent) -> None:
-        doc = {"host": agent.host, "pid": agent.pid, "registered_ms": agent.registered_ms}
+        doc = {
+            "host": agent.host,
+            "pid": agent.pid,
+            "registered_ms": agent.registered_ms,
+            "converter": agent.converter,
+        }
         await self._etcd.put(
             self._prefix + agent.agent_id, json.dumps(doc).encode(), lease=self._lease
         )

@@ -164,6 +164,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     last_heartbeat_ms=a.last_heartbeat_ms,
                     sub_readers=sorted(a.sub_readers),
                     subscribed=a.queue is not None,
+                    converter=a.converter,
                 )
                 for a in await self._reports().readers()
             ]

@@ -50,7 +50,8 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         link = self._link()
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
         host = validate_id(request.host, "host")
-        generation = await link.register(agent_id, host, request.pid)
+        converter = validate_id(request.converter, "converter")
+        generation = await link.register(agent_id, host, request.pid, converter)
         return reader_pb2.RegisterResponse(
             generation=generation, heartbeat_interval_ms=self._heartbeat_ms
         )

@@ -259,9 +259,9 @@ class Coordinator:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, can)
         await self._health.set(LEADER_HEALTH, serving if self.is_leader else not_serving)
-        self.metrics.readers.set(
-            len(self.duties.registry.agents()) if self.duties is not None else 0
-        )
+        agents = self.duties.registry.agents() if self.duties is not None else []
+        self.metrics.readers.set(len(agents))
+        self.metrics.count_converters(a.converter for a in agents)
 
     async def _serve(self) -> None:
         self._server, self.port = await start_grpc_server(
