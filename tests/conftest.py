@@ -228,9 +228,14 @@ def connect_spark(spark: SparkSession) -> Iterator[SparkSession]:
 
 
 @pytest.fixture(params=["classic", "connect"])
-def any_spark(request: pytest.FixtureRequest, spark: SparkSession) -> SparkSession:
-    """The test runs once in the classic session and once over Spark Connect."""
-    if request.param == "classic":
-        return spark
-    connect: SparkSession = request.getfixturevalue("connect_spark")
-    return connect
+def any_spark(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[SparkSession]:
+    """The test runs once in the classic session and once over Spark Connect;
+    no streaming query of it outlives it, pass or fail."""
+    session: SparkSession = (
+        spark if request.param == "classic" else request.getfixturevalue("connect_spark")
+    )
+    try:
+        yield session
+    finally:
+        for query in session.streams.active:
+            query.stop()

@@ -14,11 +14,9 @@ if TYPE_CHECKING:
 @pytest.fixture(autouse=True)
 def _stop_queries(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
-    used = set(request.fixturenames)
-    if "any_spark" in used:  # one of the two, torn down by now: both are checked
-        used |= {"spark", "connect_spark"}
+    # (any_spark stops its own session's queries.)
     for name in ("spark", "connect_spark"):
-        if name in used:
+        if name in request.fixturenames:
             spark: SparkSession = request.getfixturevalue(name)
             for query in spark.streams.active:
                 query.stop()
