@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from multikafka.core.kafka_log import ClientLog
@@ -42,6 +42,13 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 
             try:
                 fut.result(timeout_s)
             except KafkaException as exc:
+                # librdkafka's own request timeout and this wait race: both
+                # mean the cluster did not answer in time.
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() == KafkaError._TIMED_OUT:
+                    raise TimeoutError(
+                        f"creating topic {topic} at {bootstrap}: {error.str()}"
+                    ) from exc
                 text = str(exc)
                 if "already exists" not in text.lower() and "TOPIC_ALREADY_EXISTS" not in text:
                     raise
