@@ -217,10 +217,13 @@ def connect_spark(spark: SparkSession) -> Iterator[SparkSession]:
     """A Spark Connect session (``pyspark[connect]``, gRPC to the Spark
     Connect server of :func:`spark`): what a job sees on a managed runtime
     or through ``builder.remote(...)``. Nothing is registered in it: it finds
-    the ``multikafka`` format through PySpark's discovery."""
-    from multikafka.devstack.spark import connect_session
+    the ``multikafka`` format through PySpark's discovery. (It sits beside
+    the classic session, which ``builder.remote("local[N]")`` refuses: that
+    would start a second Spark in this process.)"""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    session = connect_session(int(spark.conf.get("spark.connect.grpc.binding.port") or 0))
+    port = spark.conf.get("spark.connect.grpc.binding.port")
+    session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
     try:
         yield session  # type: ignore[misc]
     finally:

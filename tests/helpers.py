@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 
+from multikafka.core import offsets as ov
 from multikafka.core.env import PREFIX as SETTINGS_PREFIX
 from multikafka.devstack import free_port
 from multikafka.devstack.feed import (
@@ -27,6 +28,7 @@ from multikafka.devstack.feed import (
     sequence_report,
 )
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
+from multikafka.v1 import planner_pb2
 
 if TYPE_CHECKING:
     from click.testing import Result
@@ -238,3 +240,9 @@ def one_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     assert len(lines) == 1, text
     return lines[0]
+
+
+def by_split(columns: planner_pb2.OffsetColumns) -> dict[str, int]:
+    """A position's offsets or times (``offsets``, ``split_timestamps``) by
+    split id (the wire carries them in columns)."""
+    return dict(ov.from_columns(columns, "position", allow_special=True))

@@ -26,7 +26,6 @@ RANGES = st.builds(
 def test_a_range_names_its_split() -> None:
     r = SplitRange("east", "orders", 3, 10, 25)
     assert (r.split, r.size) == ("east/orders/3", 15)
-    assert SplitRange.of("east/orders/3", 10, 25) == r
 
 
 @given(st.lists(RANGES, max_size=20))

@@ -23,7 +23,6 @@ from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import Connection
 from multikafka.core.planner_client import Plan
-from multikafka.core.positions import by_split
 from multikafka.core.ranges import SplitRange
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader import NAMES as READER_NAMES
@@ -34,6 +33,7 @@ from multikafka.reader_agent.plan import read_tasks, tasks_from_plan
 from multikafka.spark.options import NAMES as SPARK_NAMES
 from multikafka.spark.options import parse_options
 from multikafka.v1.planner_pb2 import Position
+from tests.helpers import by_split
 
 COORDINATOR = "127.0.0.1:7070"
 STREAM = "orders"

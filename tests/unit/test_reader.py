@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 
 from multikafka import Reader, ValidationError
-from multikafka.core.positions import by_split
 from multikafka.reader import Position, _advance, _start
 from multikafka.reader_agent.arrow import SCHEMA, SCHEMA_WITH_HEADERS
+from tests.helpers import by_split
 
 
 def test_named_starts_are_positions_the_coordinator_resolves() -> None:

@@ -13,7 +13,6 @@ from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.kafka_config import client_config
 from multikafka.core.model import Connection
-from multikafka.core.positions import by_split
 from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent.agent import ReaderAgent
 from multikafka.reader_agent.options import ReadOptions
@@ -23,6 +22,7 @@ from multikafka.reader_agent.task import ReadTask
 from multikafka.spark.options import KNOWN, parse_options
 from multikafka.v1 import reader_pb2
 from multikafka.v1.planner_pb2 import Position
+from tests.helpers import by_split
 from tests.unit.test_agent import FakeFactory
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}

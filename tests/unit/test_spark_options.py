@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.positions import by_split
 from multikafka.reader_agent.arrow import SPARK_DDL
 from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.payloads import Mode, PayloadDecoding
 from multikafka.spark.options import KNOWN, parse_options
 from multikafka.spark.source import MultiKafkaDataSource
 from multikafka.v1.planner_pb2 import Position
+from tests.helpers import by_split
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
 

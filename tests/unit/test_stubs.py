@@ -107,7 +107,7 @@ def test_a_range_has_one_message_and_a_cluster_state_one_enum() -> None:
         assert state.enum_type is not None
         assert state.enum_type.full_name == "multikafka.v1.ClusterState"
     for s in ClusterState:
-        assert ClusterState.from_proto(s.to_proto()) is s
+        assert ClusterState(common_pb2.ClusterState.Name(s.to_proto())) is s
         assert common_pb2.ClusterState.Name(s.to_proto()) == s.value
     with pytest.raises(ValueError):
-        ClusterState.from_proto(common_pb2.REMOVED)
+        ClusterState(common_pb2.ClusterState.Name(common_pb2.REMOVED))

@@ -10,7 +10,6 @@ import multikafka.spark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
 
 
 def local_spark(
@@ -18,7 +17,8 @@ def local_spark(
 ) -> SparkSession:
     """``local[cores]`` Spark whose Python workers run this interpreter.
     With ``connect_port``, the same Spark also serves Spark Connect on
-    ``127.0.0.1:<connect_port>`` (its plugin; :func:`connect_session`).
+    ``127.0.0.1:<connect_port>`` (its plugin): Connect clients reach it at
+    ``sc://127.0.0.1:<connect_port>``.
 
     Start it before any gRPC server or channel is active in this process:
     launching the JVM forks, and gRPC's fork handlers break a fork taken while
@@ -52,13 +52,3 @@ def local_spark(
     spark.sparkContext.setLogLevel("ERROR")
     multikafka.spark.register(spark)
     return spark
-
-
-def connect_session(port: int) -> ConnectSparkSession:
-    """A Spark Connect session (``pyspark[connect]``) on the local Spark that
-    :func:`local_spark` started with ``connect_port=port``. It sits beside that
-    process's classic session, which ``builder.remote("local[N]")`` refuses
-    (it would start a second Spark)."""
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
-    return ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()

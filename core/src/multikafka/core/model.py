@@ -47,12 +47,6 @@ class ClusterState(str, enum.Enum):
         """The state on the wire (``multikafka.v1.ClusterState``, same names)."""
         return common_pb2.ClusterState.Value(self.value)
 
-    @classmethod
-    def from_proto(cls, value: common_pb2.ClusterState.ValueType) -> ClusterState:
-        """The state a wire value names; ``ValueError`` for REMOVED (no state
-        of a cluster in a stream) and values this version does not know."""
-        return cls(common_pb2.ClusterState.Name(value))
-
 
 class StartKind(str, enum.Enum):
     EARLIEST = "earliest"

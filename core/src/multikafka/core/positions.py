@@ -89,9 +89,3 @@ def specific(
     """A position at ``offsets`` per split (``-2`` earliest, ``-1`` latest);
     splits not named take ``fallback`` (EARLIEST or LATEST)."""
     return Position(kind=Position.SPECIFIC, offsets=ov.to_columns(offsets), fallback=fallback)
-
-
-def by_split(columns: planner_pb2.OffsetColumns) -> dict[str, int]:
-    """A position's offsets or times (``offsets``, ``split_timestamps``) by
-    split id, for messages and tests; the coordinator reads the columns."""
-    return dict(ov.from_columns(columns, "position", allow_special=True))

@@ -17,7 +17,6 @@ from typing import NamedTuple
 import numpy as np
 
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.model import SplitId
 from multikafka.core.offsets import I64, check_name
 from multikafka.v1 import common_pb2
 
@@ -39,12 +38,6 @@ class SplitRange(NamedTuple):
     @property
     def size(self) -> int:
         return self.until - self.start
-
-    @classmethod
-    def of(cls, split: str, start: int, until: int) -> SplitRange:
-        """The range ``[start, until)`` of the split with id ``split``."""
-        s = SplitId.parse(split)
-        return cls(s.cluster, s.topic, s.partition, start, until)
 
 
 #: The tasks of a plan: each a tuple of the ranges it reads.
