@@ -40,6 +40,10 @@ class SplitRange(NamedTuple):
         return self.until - self.start
 
 
+#: Records a task reads at most unless a query says otherwise (Spark's
+#: ``maxRecordsPerPartition``): the planner's default and the options'.
+DEFAULT_MAX_RECORDS_PER_TASK = 100_000
+
 #: The tasks of a plan: each a tuple of the ranges it reads.
 Tasks = list[tuple[SplitRange, ...]]
 

@@ -26,16 +26,13 @@ from dataclasses import InitVar, dataclass, field
 from multikafka.core import env
 from multikafka.core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate
 from multikafka.core.exceptions import ValidationError
+from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent.overrides import Overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
 from multikafka.v1 import planner_pb2
 
 Position = planner_pb2.Position
-
-#: Records a task reads at most when nothing else is asked (Spark's
-#: ``maxRecordsPerPartition`` default; the coordinator's too).
-DEFAULT_MAX_RECORDS_PER_PARTITION = 100_000
 
 
 @dataclass(frozen=True)
@@ -116,7 +113,7 @@ class ReadOptions:
     #: At least this many tasks per micro-batch (when it has that many records).
     min_partitions: int = 1
     #: At most this many records per task.
-    max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
+    max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_TASK
     #: Tasks the reader runs at once, which micro-batches are planned for
     #: (0: unknown, one task per split with records).
     parallelism: int = 0

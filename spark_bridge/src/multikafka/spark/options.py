@@ -19,11 +19,8 @@ from collections.abc import Mapping
 from multikafka.core.admission import DEFAULT_MAX_DELAY_S
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.positions import offsets_position, with_split_times
-from multikafka.reader_agent.options import (
-    DEFAULT_MAX_RECORDS_PER_PARTITION,
-    ReadOptions,
-    Vocabulary,
-)
+from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK
+from multikafka.reader_agent.options import ReadOptions, Vocabulary
 from multikafka.reader_agent.overrides import check_overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
 from multikafka.v1 import planner_pb2
@@ -159,7 +156,7 @@ def parse_options(
         include_headers=_bool(opts, "includeheaders", False),
         min_partitions=_int(opts, "minpartitions", 1),
         max_records_per_partition=_int(
-            opts, "maxrecordsperpartition", DEFAULT_MAX_RECORDS_PER_PARTITION
+            opts, "maxrecordsperpartition", DEFAULT_MAX_RECORDS_PER_TASK
         ),
         parallelism=max(parallelism, 0),
         query_id=opts.get("queryid", ""),

@@ -33,10 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from multikafka.core.offsets import I64
-from multikafka.core.ranges import SplitRange
-
-#: Records per task unless ``maxRecordsPerPartition`` says otherwise.
-DEFAULT_MAX_RECORDS = 100_000
+from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK, SplitRange
 
 
 class Pieces(NamedTuple):
@@ -111,7 +108,7 @@ def cut_ranges(
     until: I64,
     *,
     min_partitions: int = 0,
-    max_records: int = DEFAULT_MAX_RECORDS,
+    max_records: int = DEFAULT_MAX_RECORDS_PER_TASK,
     parallelism: int = 0,
 ) -> Pieces:
     """The tasks of ranges ``[start[i], until[i])`` (all non-empty, each of a
@@ -144,7 +141,7 @@ def plan_tasks(
     ranges: Iterable[SplitRange],
     *,
     min_partitions: int = 0,
-    max_records: int = DEFAULT_MAX_RECORDS,
+    max_records: int = DEFAULT_MAX_RECORDS_PER_TASK,
     parallelism: int = 0,
 ) -> list[list[SplitRange]]:
     """Tasks of ``ranges`` (sorted first; empty ones dropped, contiguous

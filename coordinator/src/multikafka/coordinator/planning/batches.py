@@ -26,7 +26,7 @@ import numpy as np
 
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.metrics import Metrics
-from multikafka.coordinator.planning.assignment import DEFAULT_MAX_RECORDS, cut_ranges
+from multikafka.coordinator.planning.assignment import cut_ranges
 from multikafka.coordinator.planning.entry import EntryOffsets, Resumed
 from multikafka.coordinator.planning.lookups import snapshots_of
 from multikafka.coordinator.planning.notes import PlanNotes
@@ -44,6 +44,7 @@ from multikafka.coordinator.translation import Abandonments
 from multikafka.core.exceptions import PreconditionError, UnavailableError
 from multikafka.core.model import Connection
 from multikafka.core.offsets import I64, SplitOffsets
+from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK
 from multikafka.v1 import planner_pb2
 
 __all__ = ["MicroBatches", "TaskPlan"]
@@ -178,7 +179,7 @@ class MicroBatches:
             frm[todo],
             end.offsets[todo],
             min_partitions=min_partitions,
-            max_records=max_records_per_partition or DEFAULT_MAX_RECORDS,
+            max_records=max_records_per_partition or DEFAULT_MAX_RECORDS_PER_TASK,
             parallelism=parallelism,
         )
         return TaskPlan(
