@@ -208,7 +208,6 @@ class Reader:
             kafka=check_overrides(kafka or {}, f"{NAMES.label('kafka')}."),
             names=NAMES,
         )
-        self.stream = stream
         self.query_id = self.options.query_id_for_run()
         self._gate = self.options.min_records_gate()
         #: The Arrow schema of every batch.
@@ -226,6 +225,11 @@ class Reader:
         #: Where each split goes on; None until the first batch resolves the start.
         self._position: dict[str, int] | None = None
         self._closed = False
+
+    @property
+    def stream(self) -> str:
+        """The logical stream this reader reads."""
+        return self.options.stream
 
     # -- position ------------------------------------------------------------------
 

@@ -72,13 +72,15 @@ def columns(
 def to_columns(ranges: Iterable[SplitRange]) -> common_pb2.RangeColumns:
     """``ranges`` (no task grouping) as columns."""
     index: dict[tuple[str, str], int] = {}
-    group, parts, start, until = [], [], [], []
+    msg = common_pb2.RangeColumns()
     for r in ranges:
-        group.append(index.setdefault((r.cluster, r.topic), len(index)))
-        parts.append(r.partition)
-        start.append(r.start)
-        until.append(r.until)
-    return columns(list(index), np.array(group), np.array(parts), np.array(start), np.array(until))
+        msg.groups.append(index.setdefault((r.cluster, r.topic), len(index)))
+        msg.partitions.append(r.partition)
+        msg.from_offsets.append(r.start)
+        msg.until_offsets.append(r.until)
+    msg.clusters.extend(c for c, _ in index)
+    msg.topics.extend(t for _, t in index)
+    return msg
 
 
 def from_columns(msg: common_pb2.RangeColumns, field: str = "ranges") -> list[SplitRange]:

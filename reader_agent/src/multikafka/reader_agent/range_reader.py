@@ -366,7 +366,7 @@ class KafkaRangeReader:
         return [m for m in msgs if m.error() is None]
 
     def _data_loss(self, r: SplitRange, frm: int, to: int, why: str, fail: bool) -> None:
-        split = f"{self.connection.cluster}/{r.topic}/{r.partition}"
+        split = r.split
         if fail:
             raise DataLossError(
                 f"{split}: offsets {frm}..{to - 1} are gone ({why}); "

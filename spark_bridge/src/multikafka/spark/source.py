@@ -261,7 +261,7 @@ def parallelism_of(spark: SparkSession) -> int:
     (``spark.executor.instances`` times ``spark.executor.cores``) their product."""
     try:
         return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect: JVM_ATTRIBUTE_NOT_SUPPORTED
+    except AttributeError:  # Spark Connect: JVM_ATTRIBUTE_NOT_SUPPORTED
         pass
 
     def conf(key: str) -> str:

@@ -187,13 +187,11 @@ class AgentRegistry:
     async def register(self, agent_id: str, host: str, pid: int, converter: str = "") -> Agent:
         agent = self._agents.get(agent_id)
         if agent is None:
-            agent = self._agents[agent_id] = Agent(
-                agent_id, host, pid, int(time.time() * 1000), converter
-            )
+            agent = self._agents[agent_id] = Agent(agent_id, host, pid, int(time.time() * 1000))
             logger.info(
                 "reader agent registered", extra={"agent": agent_id, "host": host, "pid": pid}
             )
-        agent.converter = converter
+        agent.converter = converter  # what it says now, also when it registers again
         agent.last_heartbeat = time.monotonic()
         await self._persist(agent)
         return agent
