@@ -98,6 +98,8 @@ def from_columns(msg: common_pb2.RangeColumns, field: str = "ranges") -> list[Sp
         check_name(c, "cluster", f"{field}.clusters[{i}]") for i, c in enumerate(msg.clusters)
     ]
     topics = [check_name(t, "topic", f"{field}.topics[{i}]") for i, t in enumerate(msg.topics)]
+    if not n:  # most reports give up nothing: no arrays to make
+        return []
     group = np.array(msg.groups, dtype=np.int64)
     partitions = np.array(msg.partitions, dtype=np.int64)
     start = np.array(msg.from_offsets, dtype=np.int64)
