@@ -20,6 +20,8 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import itertools
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from multikafka.reader_agent import ReaderAgent
 
 
+REPO = Path(__file__).resolve().parents[1]
+
 #: Point the integration tests at external services instead of starting etcd
 #: and tansu brokers (test-suite settings: they are not product settings, so
 #: they live here and not in ``multikafka.core.env``).
@@ -49,6 +53,19 @@ TEST_KAFKA_CLUSTERS = "MULTIKAFKA_TEST_KAFKA_CLUSTERS"
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("stack")
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make dist`` into a folder of this test session's: the wheels of
+    every distribution, built once for the tests that install them."""
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        ["make", "-s", "-C", str(REPO), "dist", f"DIST={out}", f"PYTHON={sys.executable}"],
+        check=True,
+        timeout=600,
+    )
+    return out
 
 
 @pytest.fixture(scope="session")

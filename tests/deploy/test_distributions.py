@@ -12,21 +12,20 @@ Every wheel installs files under ``multikafka/`` only (one top-level import
 name), and no two wheels install the same file.
 
 The dependencies come from the package index, as a user's would; pip's cache
-makes a second run cheap.
+makes a second run cheap. The wheels are the session's ``dist`` fixture
+(``tests/conftest.py``), which the packed environment's test shares.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
 #: Distributions the project releases, and their folders.
 FOLDERS = {
     "multikafka_core": "core",
@@ -37,18 +36,6 @@ FOLDERS = {
 }
 
 pytestmark = pytest.mark.timeout(900)
-
-
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``make dist`` into a folder of this test session's."""
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        ["make", "-s", "-C", str(REPO), "dist", f"DIST={out}", f"PYTHON={sys.executable}"],
-        check=True,
-        timeout=600,
-    )
-    return out
 
 
 def _wheels(dist: Path) -> dict[str, Path]:
