@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint layers typecheck protos check-protos unit integration bench dist clean
+.PHONY: install demo test lint layers typecheck protos check-protos unit integration bench dist spark-env clean
 
 # One distribution per folder, all importing as multikafka.* (pyproject.toml);
 # the dev environment installs each of them editable, then the umbrella.
@@ -80,6 +80,13 @@ dist:
 	rm -rf $(DIST)
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $(DIST) $(foreach p,$(PARTS),./$(p)) .
 	rm -rf build $(foreach p,$(PARTS),$(p)/build)
+
+## The Spark side packed for executors whose Python does not have it:
+## spark-submit --archives $(DIST)/multikafka-spark-env.tar.gz#env (docs/spark.md).
+## PySpark is not in it (Spark's workers take it from Spark); nor is the
+## interpreter (env/bin/python links to this machine's $(PYTHON)).
+spark-env: dist
+	$(PYTHON) deploy/pack_spark_env.py --wheels $(DIST) --out $(DIST)/multikafka-spark-env.tar.gz
 
 clean:
 	rm -rf dist $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
