@@ -48,12 +48,18 @@ class ManagedProcess:
     """A child process with its output in a log file; stopped on :meth:`stop`."""
 
     def __init__(
-        self, name: str, argv: Sequence[str], log_dir: Path, env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_dir / f"{name}.log"
         self._env = env
+        self._cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -68,6 +74,7 @@ class ManagedProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(self._env or {})},
+            cwd=self._cwd,
             start_new_session=True,
         )
 
@@ -77,6 +84,13 @@ class ManagedProcess:
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def wait(self, timeout_s: float) -> int:
+        """Wait until it exits by itself; its exit status
+        (``subprocess.TimeoutExpired`` if it still runs after ``timeout_s``)."""
+        if self._proc is None:
+            raise RuntimeError(f"{self.name} was not started")
+        return self._proc.wait(timeout_s)
 
     def signal(self, sig: signal.Signals) -> None:
         if self._proc is not None and self._proc.poll() is None:
