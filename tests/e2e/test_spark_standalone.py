@@ -139,12 +139,10 @@ def _submit(
         argv += ["--tls-ca", str(secure.certs.ca.cert_path)]
         argv += ["--token-file", str(secure.reader_token_file), "--out", str(out)]
         # The data source runs with the Python its discovery ran with (the
-        # driver's PYSPARK_DRIVER_PYTHON, else PYSPARK_PYTHON), on the driver
-        # and in the executors alike: the same relative path on both sides.
-        python = {"PYSPARK_PYTHON": EXECUTOR_PYTHON, "PYSPARK_DRIVER_PYTHON": EXECUTOR_PYTHON}
-        process = ManagedProcess(
-            "spark-submit", argv, out, env={**cluster.env(), **python}, cwd=driver_dir
-        )
+        # driver's PYSPARK_DRIVER_PYTHON, unset here, else PYSPARK_PYTHON), on
+        # the driver and in the executors alike: one relative path for both.
+        env = {**cluster.env(), "PYSPARK_PYTHON": EXECUTOR_PYTHON}
+        process = ManagedProcess("spark-submit", argv, out, env=env, cwd=driver_dir)
         process.start()
         eventually(lambda: (out / "run-id").exists() or not process.alive(), timeout_s=120)
         assert process.alive(), process.tail(60)
@@ -178,7 +176,10 @@ def test_a_submitted_job_reads_exactly_once_across_a_failover_on_executors_witho
     make_coordinator: Callable[..., CoordinatorThread],
     kafka: KafkaClusters,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # (the session's local Spark set it for its own workers)
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
     secure = start_secure(make_coordinator, make_certs(tmp_path / "certs"), tmp_path / "secrets")
     out = tmp_path / "job"
     with secure.admin() as admin:
