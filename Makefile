@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.failover_gap
 	$(PY) -m benchmarks.takeover
 	$(PY) -m benchmarks.footprint
+	$(PY) -m benchmarks.spark_env
 
 ## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...).
 ## Needs no dev environment: pip builds each in an isolated one.

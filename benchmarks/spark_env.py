@@ -207,7 +207,7 @@ def plot(result: dict[str, Any], png: Path) -> None:
         times,
         labels,
         [result["jobs_s"][label]["ready_s"] for label in labels],
-        label="s until the task ran its imports (median, min-max)",
+        label="s until its imports ran (median, min-max)",
         colors=["tab:gray" if label.startswith("none") else "tab:orange" for label in labels],
     )
     times.tick_params(axis="x", labelrotation=30)
