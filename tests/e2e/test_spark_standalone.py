@@ -185,9 +185,13 @@ def test_a_submitted_job_reads_exactly_once_across_a_failover_on_executors_witho
     with secure.admin() as admin:
         e2e = Submitted(spark, secure.thread, admin, kafka, out)
         e2e.launch = _submit(standalone, spark_env, driver_dir, secure, out)
-        run = failover_run(e2e, strategy="identity", margin_ms=0)
-        assert_identity_exact(e2e, run)
-        readers = eventually(admin.readers, timeout_s=30)
-        folders = _read_in_executors(readers, standalone)
-        assert e2e.query.finish() == 0, e2e.query.process.tail(60)
+        try:
+            run = failover_run(e2e, strategy="identity", margin_ms=0)
+            assert_identity_exact(e2e, run)
+            readers = eventually(admin.readers, timeout_s=30)
+            folders = _read_in_executors(readers, standalone)
+            assert e2e.query.finish() == 0, e2e.query.process.tail(60)
+        finally:
+            if e2e.query is not None:  # the driver, and its Python, pass or fail
+                e2e.query.process.stop_all()
     assert all((f / "env").is_dir() for f in folders)

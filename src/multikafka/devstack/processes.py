@@ -125,6 +125,15 @@ class ManagedProcess:
             self._log.close()
             self._log = None
 
+    def stop_all(self, timeout_s: float = 10.0) -> None:
+        """:meth:`stop`, then SIGKILL what it started and left behind (its
+        session's process group: a JVM's children, a worker's executors)."""
+        group = self.pid  # it leads a session of its own
+        self.stop(timeout_s)
+        if group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+
     def kill(self) -> None:
         """Stop abruptly (SIGKILL), like a crashed machine."""
         if self._proc is not None and self._proc.poll() is None:

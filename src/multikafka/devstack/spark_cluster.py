@@ -5,11 +5,8 @@ with ``spark-submit --archives``)."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
-import os
-import signal
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -125,9 +122,4 @@ class SparkStandalone:
     def stop(self) -> None:
         """Workers (and the executors they run), then the master."""
         for process in (*self._workers, self._master):
-            group = process.pid  # each runs in a session of its own
-            process.stop()
-            if group:
-                # An executor a stopped worker left behind.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(group, signal.SIGKILL)
+            process.stop_all()
