@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint layers typecheck protos check-protos unit integration bench dist clean
+.PHONY: install demo test test-spark-matrix lint layers typecheck protos check-protos unit integration bench dist clean
 
 # One distribution per folder, all importing as multikafka.* (pyproject.toml);
 # the dev environment installs each of them editable, then the umbrella.
@@ -35,6 +35,12 @@ demo: $(STAMP)
 ## Everything CI runs: generated stubs current, lint, layers, types, unit + integration + e2e tests.
 test: $(STAMP) check-protos lint layers typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+## The Spark e2e tests on each supported PySpark (4.0-4.3), each in a venv of
+## its own (.venv-spark/<version>); CI runs the oldest (make test has the newest).
+SPARK_VERSIONS ?= 4.0.5 4.1.4 4.2.1 4.3.0
+test-spark-matrix: $(STAMP)
+	$(PY) deploy/spark_matrix.py --versions $(SPARK_VERSIONS) -- $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -82,4 +88,4 @@ dist:
 	rm -rf build $(foreach p,$(PARTS),$(p)/build)
 
 clean:
-	rm -rf dist $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf dist $(VENV) .venv-spark .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
