@@ -6,7 +6,7 @@ environments of their own, reads real messages with ``auto`` = ``c-direct``,
 to the same columns as the accessor mode and the Python converter.
 
 Outside the range (confluent-kafka 2.14.2, the newest release before it,
-whose ``Message`` lacks the last field) ``auto`` takes the accessor mode,
+whose ``Message`` is 8 bytes shorter) ``auto`` takes the accessor mode,
 never Python, and says why once. How the range was found: docs/operations.md,
 "The reader's converter".
 """
