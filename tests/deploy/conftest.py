@@ -19,12 +19,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import Producer
 
-from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
 from tests.conftest import KafkaClusters
-from tests.helpers import uid
+from tests.helpers import produce_mixed, uid
 
 REPO = Path(__file__).resolve().parents[2]
 READER_PROJECT = REPO / "reader_agent" / "pyproject.toml"
@@ -125,18 +123,7 @@ def consumed_topic(kafka: KafkaClusters) -> Topic:
     values, headers on some."""
     (a,) = kafka.shared(1)
     topic = uid("converters")
-    create_topics(a.bootstrap, {topic: 2})
-    producer = Producer({"bootstrap.servers": a.bootstrap, "batch.num.messages": 1})
-    for i in range(200):
-        producer.produce(
-            topic,
-            partition=i % 2,
-            key=None if i % 5 == 0 else f"k{i}".encode(),
-            value=None if i % 7 == 0 else bytes([i % 256]) * (i % 37),
-            headers=[("n", str(i).encode())] if i % 3 == 0 else None,
-            timestamp=1_700_000_000_000 + i,
-        )
-    assert producer.flush(30) == 0
+    produce_mixed(a.bootstrap, topic, 200)
     return Topic(a.bootstrap, topic, 200)
 
 
