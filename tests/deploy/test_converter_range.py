@@ -77,6 +77,7 @@ def test_a_layout_it_does_not_know_is_read_through_the_accessors(
     said = [line for line in log.splitlines() if "compiled converter:" in line]
     assert len(said) == 1, log
     assert "Message is 112 bytes, the mirrored struct 120" in said[0], said
+    assert f"confluent-kafka {BEFORE_THE_RANGE} is installed" in said[0], said
 
 
 def _version(text: str) -> tuple[int, ...]:
