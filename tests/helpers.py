@@ -45,6 +45,7 @@ __all__ = [
     "eventually",
     "eventually_async",
     "one_line",
+    "produce_mixed",
     "produce_sequence",
     "run_admin_cli",
     "run_coordinator",
@@ -91,6 +92,27 @@ def produce_sequence(
     producer.flush()
     fence(bootstrap, topic, partitions)
     return n
+
+
+def produce_mixed(bootstrap: str, topic: str, records: int = 200) -> None:
+    """``records`` records into a new ``topic`` of 2 partitions, every field a
+    converter reads varied: record ``i`` goes to partition ``i % 2``, its key
+    is null when ``i % 5 == 0``, its value when ``i % 7 == 0``, it has a
+    header when ``i % 3 == 0``, its timestamp is ``1_700_000_000_000 + i``."""
+    from confluent_kafka import Producer
+
+    create_topics(bootstrap, {topic: 2})
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+    for i in range(records):
+        producer.produce(
+            topic,
+            partition=i % 2,
+            key=None if i % 5 == 0 else f"k{i}".encode(),
+            value=None if i % 7 == 0 else bytes([i % 256]) * (i % 37),
+            headers=[("n", str(i).encode())] if i % 3 == 0 else None,
+            timestamp=1_700_000_000_000 + i,
+        )
+    assert producer.flush(30) == 0
 
 
 async def eventually_async(

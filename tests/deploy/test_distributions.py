@@ -6,25 +6,27 @@ wheels installed into fresh virtual environments, one per distribution.
   during the install); ``python -m multikafka.coordinator --help`` runs;
 * ``multikafka-spark``: the Spark source and the reader agent, with no etcd
   client (aetcd) and no service libraries;
-* ``multikafka``: everything, with the ``multikafka`` command.
+* ``multikafka``: everything, with the ``multikafka`` command;
+* ``multikafka-reader``: a manylinux wheel with the compiled converter, which
+  loads and reads confluent-kafka's ``Message`` directly; and an sdist that
+  installs without a compiler and then converts in Python, saying so once.
 
 Every wheel installs files under ``multikafka/`` only (one top-level import
 name), and no two wheels install the same file.
 
 The dependencies come from the package index, as a user's would; pip's cache
-makes a second run cheap. The wheels are the session's ``dist`` fixture
-(``tests/conftest.py``), which the packed environment's test shares.
+makes a second run cheap.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import venv
+import re
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.deploy.conftest import Env, Topic, convert_consumed
 
 #: Distributions the project releases, and their folders.
 FOLDERS = {
@@ -38,50 +40,14 @@ FOLDERS = {
 pytestmark = pytest.mark.timeout(900)
 
 
+#: The compiled converter, as a wheel holds it.
+EXTENSION = re.compile(r"multikafka/reader_agent/_convert\.cpython-\d+-x86_64-linux-gnu\.so")
+
+
 def _wheels(dist: Path) -> dict[str, Path]:
     found = {w.name.split("-")[0]: w for w in dist.glob("*.whl")}
     assert set(found) == set(FOLDERS), sorted(found)
     return found
-
-
-class Env:
-    """A fresh virtual environment."""
-
-    def __init__(self, root: Path) -> None:
-        venv.create(root, with_pip=True)
-        self.root = root
-        self.bin = root / "bin"
-        self.python = str(self.bin / "python")
-
-    def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        # From the environment's folder: the checkout's folders must not
-        # shadow what is installed.
-        return subprocess.run(
-            list(args),
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **env},
-            check=False,
-            cwd=self.root,
-        )
-
-    def install(self, dist: Path, name: str, **env: str) -> None:
-        got = self.run(self.python, "-m", "pip", "install", "--find-links", str(dist), name, **env)
-        assert got.returncode == 0, got.stderr[-3000:]
-
-    def distributions(self) -> set[str]:
-        got = self.run(self.python, "-m", "pip", "list", "--format=freeze")
-        assert got.returncode == 0, got.stderr
-        return {line.split("==")[0].lower().replace("_", "-") for line in got.stdout.split()}
-
-    def python_c(self, code: str) -> subprocess.CompletedProcess[str]:
-        return self.run(self.python, "-c", code)
-
-
-@pytest.fixture
-def fresh(tmp_path: Path) -> Env:
-    return Env(tmp_path / "venv")
 
 
 def test_every_wheel_installs_under_multikafka_only(dist: Path) -> None:
@@ -180,3 +146,57 @@ def test_the_umbrella_installs_everything_with_the_cli(dist: Path, fresh: Env) -
     assert helped.returncode == 0, helped.stderr
     for command in ("coordinator", "admin", "dev", "demo"):
         assert command in helped.stdout
+
+
+def test_the_reader_wheel_is_manylinux_and_holds_the_converter(dist: Path) -> None:
+    """``auditwheel repair`` tagged it: it needs nothing but glibc (nothing
+    grafted into ``multikafka_reader.libs/``)."""
+    wheel = _wheels(dist)["multikafka_reader"]
+    assert re.search(r"-cp3\d+-cp3\d+-\S*manylinux_2_\d+_x86_64\S*\.whl$", wheel.name), wheel.name
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        tags = z.read(f"{_dist_info(names)}/WHEEL").decode().splitlines()
+    assert any(EXTENSION.fullmatch(n) for n in names), names
+    assert not [n for n in names if n.startswith("multikafka_reader.libs/")]
+    assert any(re.fullmatch(r"Tag: cp3\d+-cp3\d+-manylinux_2_\d+_x86_64", t) for t in tags), tags
+
+
+def _dist_info(names: list[str]) -> str:
+    (info,) = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+    return info
+
+
+def test_the_reader_wheel_converts_with_its_compiled_converter(
+    newest_reader: Env, consumed_topic: Topic
+) -> None:
+    """Installed into a fresh environment, the converter loads from there and
+    reads confluent-kafka's struct: no warning about it."""
+    where = newest_reader.python_c(
+        "from multikafka.reader_agent import _convert; print(_convert.__file__)"
+    )
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.startswith(str(newest_reader.root)), where.stdout
+    out, log = convert_consumed(newest_reader, consumed_topic)
+    assert out["auto"] == "c-direct", (out, log)
+    assert "compiled converter" not in log
+
+
+def test_the_reader_sdist_installs_without_a_compiler_and_converts_in_python(
+    dist: Path, fresh: Env, consumed_topic: Topic
+) -> None:
+    (sdist,) = dist.glob("multikafka_reader-*.tar.gz")
+    fresh.install(dist, str(sdist), CC="/bin/false", CXX="/bin/false")
+    found = fresh.python_c(
+        "import importlib.util; print(importlib.util.find_spec('multikafka.reader_agent._convert'))"
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "None"  # the build skipped the extension
+    out, log = convert_consumed(fresh, consumed_topic)
+    assert out["auto"] == "python", out
+    assert out["equal"] == ["auto"], out  # the auto converter is the Python one
+    assert out["compiled"] == []
+    assert "the C converter is not built" in out["refused"]["c"]
+    said = [line for line in log.splitlines() if "compiled converter:" in line]
+    assert len(said) == 1, log  # once, however often it converts
+    assert said[0].startswith("WARNING "), said
+    assert "the C converter is not built" in said[0], said

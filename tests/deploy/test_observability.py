@@ -29,7 +29,7 @@ from prometheus_client import generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.metrics import CONVERTERS, Metrics
 from multikafka.core.model import ClusterState
 from tests.deploy import test_helm_chart as chart
 from tests.deploy.test_helm_chart import (
@@ -348,6 +348,7 @@ def test_dashboard_shows_what_an_operator_needs() -> None:
         "multikafka_abandoned_ranges_total",
         "multikafka_data_loss_events_total",
         "multikafka_agent_malformed_records_total",
+        "multikafka_reader_converters",
     ):
         assert needed in shown, needed
     # Per-cluster gauges come from the replica that leads now.
@@ -357,6 +358,23 @@ def test_dashboard_shows_what_an_operator_needs() -> None:
                 assert re.search(
                     r"and on \(instance\) \(multikafka_leader\{[^}]*\} == 1\)", expr
                 ), expr
+
+
+def test_dashboard_shows_readers_by_converter_each_in_its_colour() -> None:
+    """One value per converter an agent reports (and ``unknown``), from the
+    leader's count (standbys report 0: ``max``), each with a colour of its
+    own: green for direct, what costs CPU in warmer colours."""
+    (panel,) = [p for p in _panels(_dashboard()["panels"]) if p["title"] == "Readers by converter"]
+    (target,) = panel["targets"]
+    assert target["expr"].startswith("max by (converter) (multikafka_reader_converters{")
+    assert target["legendFormat"] == "{{converter}}"
+    colours = {
+        o["matcher"]["options"]: o["properties"][0]["value"]["fixedColor"]
+        for o in panel["fieldConfig"]["overrides"]
+    }
+    assert set(colours) == {*CONVERTERS, "unknown"}
+    assert colours["c-direct"] == "green"
+    assert len(set(colours.values())) == len(colours)
 
 
 def test_every_dashboard_query_parses(promtool: Promtool, tmp_path: Path) -> None:

@@ -5,13 +5,15 @@ fails naming the offset). And Spark's own DDL parser agrees with ours."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas import types as pandas_types
 from pyspark.sql.types import StructType
 
 from multikafka.core.admin_client import AdminClient
@@ -33,6 +35,14 @@ N = 30
 #: offset -> payload that does not decode (a wrong type; not JSON at all).
 BAD = {7: b'{"id": "secret-7"}', 19: b"password=hunter2"}
 TOMBSTONE = 12
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """PySpark's Arrow schema of ``schema``, timestamps in UTC (PySpark 4.0
+    has no ``timezone`` argument: it always uses UTC)."""
+    if "timezone" in inspect.signature(pandas_types.to_arrow_schema).parameters:
+        return pandas_types.to_arrow_schema(schema, timezone="UTC")
+    return pandas_types.to_arrow_schema(schema)
 
 
 def payload(offset: int) -> bytes | None:
@@ -157,9 +167,9 @@ def test_sparks_ddl_parser_agrees_with_ours(spark: SparkSession, schema: str) ->
     """Spark's parser (in the JVM) and PySpark's Arrow conversion give the
     schema ours gives, for the DDL as written and as our writer spells it."""
     ours = spark_ddl.parse_schema(schema)
-    assert to_arrow_schema(StructType.fromDDL(schema), timezone="UTC").equals(ours)
+    assert arrow_schema(StructType.fromDDL(schema)).equals(ours)
     written = spark_ddl.schema_ddl(ours)
-    assert to_arrow_schema(StructType.fromDDL(written), timezone="UTC").equals(ours)
+    assert arrow_schema(StructType.fromDDL(written)).equals(ours)
 
 
 @pytest.mark.parametrize("headers", [False, True])
@@ -171,6 +181,4 @@ def test_declared_schema_is_the_schema_of_decoded_batches(
         value_format="json", value_schema=VALUE_SCHEMA, key_format="string"
     )
     declared = StructType.fromDDL(spec.spark_ddl(include_headers=headers))
-    assert to_arrow_schema(declared, timezone="UTC").equals(
-        spec.arrow_schema(include_headers=headers)
-    )
+    assert arrow_schema(declared).equals(spec.arrow_schema(include_headers=headers))

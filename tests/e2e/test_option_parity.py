@@ -7,6 +7,7 @@ its reason."""
 
 from __future__ import annotations
 
+import ast
 import json
 import time
 from datetime import datetime
@@ -18,6 +19,7 @@ import pytest
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
+from multikafka.spark.compat import ADMISSION_CONTROL
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import (
     batch_source,
@@ -41,7 +43,13 @@ def batch_sizes(query: StreamingQuery) -> list[int]:
 
 
 def as_doc(value: Any) -> dict[str, Any]:
-    return json.loads(value) if isinstance(value, str) else dict(value)
+    """An offset of a query's progress (PySpark 4.0 gives the repr of a dict)."""
+    if not isinstance(value, str):
+        return dict(value)
+    try:
+        return dict(json.loads(value))
+    except json.JSONDecodeError:
+        return dict(ast.literal_eval(value))
 
 
 def test_min_offsets_hold_a_batch_until_enough_records_or_the_delay(
@@ -65,15 +73,20 @@ def test_min_offsets_hold_a_batch_until_enough_records_or_the_delay(
         ),
         tmp_path,
     )
-    # 5 records wait for 20; 25 more make 30, read as one micro-batch.
+    # 5 records wait for 20; 25 more make 30, read as one micro-batch. (On
+    # Spark < 4.2 a run's first micro-batch is never held: the 5 go at once,
+    # and the 25 make a batch of their own.)
+    batches = [] if ADMISSION_CONTROL else [5]
+    eventually(lambda: batch_sizes(query) == batches, timeout_s=60)
     produce_sequence(a.bootstrap, topic, 1, "b", range(24))
-    eventually(lambda: batch_sizes(query) == [30], timeout_s=60)
+    batches = [30] if ADMISSION_CONTROL else [5, 25]
+    eventually(lambda: batch_sizes(query) == batches, timeout_s=60)
     # 3 more wait for maxTriggerDelay, counted from the last micro-batch.
     produce_sequence(a.bootstrap, topic, 1, "c", range(2))
     sent = time.time()
-    eventually(lambda: batch_sizes(query) == [30, 3], timeout_s=60)
+    eventually(lambda: batch_sizes(query) == [*batches, 3], timeout_s=60)
     assert len(sink_rows(spark, tmp_path)) == 33
-    first, second = (p for p in query.recentProgress if p["numInputRows"])
+    *_, first, second = (p for p in query.recentProgress if p["numInputRows"])
     started, released = trigger_time(first), trigger_time(second)
     assert sent - started < delay_s - 3, "the test sent the 3 records too late to tell"
     assert released - started >= delay_s - 1, (
@@ -111,9 +124,12 @@ def test_progress_reports_the_latest_offsets_beyond_the_batch(
     first = eventually(lambda: [p for p in query.recentProgress if p["numInputRows"]])[0]
     (src,) = first["sources"]
     assert as_doc(src["endOffset"]) == {"a": {topic: [10]}}
-    assert as_doc(src["latestOffset"]) == {"a": {topic: [40]}}
     eventually(lambda: len(sink_rows(spark, tmp_path)) == 40, timeout_s=60)
-    assert as_doc(query.lastProgress["sources"][0]["latestOffset"]) == {"a": {topic: [40]}}
+    if ADMISSION_CONTROL:
+        assert as_doc(src["latestOffset"]) == {"a": {topic: [40]}}
+        assert as_doc(query.lastProgress["sources"][0]["latestOffset"]) == {"a": {topic: [40]}}
+    else:  # Spark < 4.2 asks no reportLatestOffset: it shows the batch's end
+        assert as_doc(src["latestOffset"]) == {"a": {topic: [10]}}
     query.stop()
 
 

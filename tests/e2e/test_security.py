@@ -171,8 +171,7 @@ def test_the_ca_travels_inside_tasks_as_pem(
     """What Spark ships to executors carries the CA's PEM (and the token), not
     the driver's file paths: with the files gone, an unpickled partition
     still reaches the coordinator over TLS."""
-    from pyspark.sql.streaming.datasource import ReadAllAvailable
-
+    from multikafka.spark.compat import ReadAllAvailable
     from multikafka.spark.options import NAMES, parse_options
     from multikafka.spark.source import MultiKafkaStreamReader
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from multikafka import DataLossError
 from multikafka.core import env
@@ -20,7 +20,7 @@ from multikafka.devstack.stack import TANSU_PROPERTIES
 from multikafka.reader_agent import arrow
 from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
 from tests.conftest import KafkaClusters
-from tests.helpers import produce_sequence, uid
+from tests.helpers import produce_mixed, produce_sequence, uid
 
 pytestmark = pytest.mark.integration
 
@@ -103,18 +103,7 @@ def test_consumed_messages_convert_alike_with_every_converter(kafka: KafkaCluste
     gives the Python converter's columns."""
     (a,) = kafka.shared(1)
     topic = uid("convert")
-    create_topics(a.bootstrap, {topic: 2})
-    producer = Producer({"bootstrap.servers": a.bootstrap, "batch.num.messages": 1})
-    for i in range(200):
-        producer.produce(
-            topic,
-            partition=i % 2,
-            key=None if i % 5 == 0 else f"k{i}".encode(),
-            value=None if i % 7 == 0 else bytes([i % 256]) * (i % 37),
-            headers=[("n", str(i).encode())] if i % 3 == 0 else None,
-            timestamp=1_700_000_000_000 + i,
-        )
-    producer.flush(30)
+    produce_mixed(a.bootstrap, topic, 200)
     consumer = Consumer(
         {**TANSU_PROPERTIES, "bootstrap.servers": a.bootstrap, "group.id": uid("convert")}
     )

@@ -1,6 +1,7 @@
 """minOffsetsPerTrigger / maxTriggerDelay: the gate itself (fake clock), and
 the Spark stream reader's latestOffset and reportLatestOffset with a fake
-planner client."""
+planner client, as Spark 4.2+ calls them (a start and a read limit) and as
+Spark 4.0 and 4.1 do (neither)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from multikafka.core import offsets as ov
 from multikafka.core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate, available_records
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.planner_client import LatestOffsets
+from multikafka.spark.compat import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from multikafka.spark.options import parse_options
 from multikafka.spark.source import MultiKafkaStreamReader
 
@@ -76,6 +77,16 @@ def test_nothing_new_is_never_a_batch_and_keeps_the_delay_running() -> None:
     assert gate.admit(v(p0=3), v(p0=4))  # the first record after the delay goes at once
 
 
+def test_a_batch_let_through_restarts_the_delay() -> None:
+    clock = Clock()
+    gate = MinRecordsGate(100, 30, clock=clock)
+    clock.now += 20
+    assert gate.admit(v(p0=0), v(p0=1), hold=False)
+    assert not gate.admit(v(p0=1), v(p0=1), hold=False)  # nothing new is never a batch
+    clock.now += 20  # 40 s since the gate was made, 20 since that batch
+    assert not gate.admit(v(p0=1), v(p0=2))
+
+
 @pytest.mark.parametrize(
     ("start", "end"),
     [
@@ -105,9 +116,19 @@ def test_gate_arguments_are_checked() -> None:
 class FakePlanner:
     """Answers LatestOffsets with the next of ``answers`` (end, available)."""
 
-    def __init__(self, *answers: tuple[dict[str, int], dict[str, int] | None]) -> None:
+    def __init__(
+        self,
+        *answers: tuple[dict[str, int], dict[str, int] | None],
+        initial: dict[str, int] | None = None,
+    ) -> None:
         self.answers = list(answers)
         self.asked: list[dict[str, Any]] = []
+        self.initial = initial or {}
+        self.resolved = 0
+
+    def resolve(self, stream: str, position: object) -> tuple[ov.SplitOffsets, list[str]]:
+        self.resolved += 1
+        return ov.as_offsets(self.initial), []
 
     def latest_offsets(
         self, stream: str, query_id: str, start: Mapping[str, int], **kwargs: Any
@@ -184,3 +205,76 @@ def test_report_latest_offset_is_what_is_available_without_the_limit() -> None:
     assert reader.reportLatestOffset() == ov.to_document(v(p0=40))
     reader.latestOffset(ov.to_document(v(p0=5)), reader.getDefaultReadLimit())
     assert reader.reportLatestOffset() == ov.to_document(v(p0=41))
+
+
+# -- Spark 4.0 and 4.1: latestOffset() without a start or a limit ----------------
+
+
+def test_a_first_start_asks_for_latest_before_initial_and_gets_one_start() -> None:
+    # Spark 4.0/4.1 on a new checkpoint: latestOffset(), then initialOffset().
+    planner = FakePlanner((v(p0=7), v(p0=7)), initial=v(p0=2))
+    reader = stream_reader(planner, Clock())
+    assert reader.latestOffset() == ov.to_document(v(p0=7))
+    assert planner.asked[0]["start"] == v(p0=2)
+    assert reader.initialOffset() == ov.to_document(v(p0=2))
+    assert planner.resolved == 1  # one start, whoever asks first
+
+
+def test_each_batch_starts_where_the_last_one_ended() -> None:
+    planner = FakePlanner((v(p0=5), v(p0=5)), (v(p0=9), v(p0=9)), initial=v(p0=0))
+    reader = stream_reader(planner, Clock())
+    reader._partitions = lambda start, end: []  # type: ignore[method-assign,assignment]
+    reader.initialOffset()
+    assert reader.latestOffset() == ov.to_document(v(p0=5))
+    reader.partitions(ov.to_document(v(p0=0)), ov.to_document(v(p0=5)))
+    assert reader.latestOffset() == ov.to_document(v(p0=9))
+    assert [a["start"] for a in planner.asked] == [
+        v(p0=0),
+        v(p0=5),
+    ]
+
+
+def test_a_restart_starts_at_the_batch_spark_plans_again() -> None:
+    # Spark 4.0/4.1 from a checkpoint: partitions(end, end) of its last
+    # logged batch (and that batch again if uncommitted), then latestOffset().
+    planner = FakePlanner((v(p0=40), v(p0=40)), initial=v(p0=0))
+    reader = stream_reader(planner, Clock())
+    reader._partitions = lambda start, end: []  # type: ignore[method-assign,assignment]
+    reader.partitions(ov.to_document(v(p0=30)), ov.to_document(v(p0=30)))
+    reader.initialOffset()  # Spark asks when it re-runs batch 0: not the next start
+    assert reader.latestOffset() == ov.to_document(v(p0=40))
+    assert planner.asked[0]["start"] == v(p0=30)
+
+
+def test_the_options_limits_apply_without_spark(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    planner = FakePlanner(
+        (v(p0=3), v(p0=3)),
+        (v(p0=5), v(p0=5)),
+        (v(p0=15), v(p0=30)),
+        (v(p0=25), v(p0=30)),
+        initial=v(p0=0),
+    )
+    reader = stream_reader(
+        planner, clock, minOffsetsPerTrigger="5", maxOffsetsPerTrigger="10", maxTriggerDelay="1h"
+    )
+    reader.initialOffset()
+    # The first batch of a run is never held: under Trigger.AvailableNow
+    # Spark < 4.2 asks once, and a held batch would end the run with nothing.
+    assert reader.latestOffset() == ov.to_document(v(p0=3))
+    assert reader.latestOffset() == ov.to_document(v(p0=3))  # 2 available < 5: held
+    assert reader.latestOffset() == ov.to_document(v(p0=15))
+    assert reader.latestOffset() == ov.to_document(v(p0=25))
+    assert [a["max_records"] for a in planner.asked] == [10, 10, 10, 10]
+    assert [a["start"] for a in planner.asked] == [v(p0=0), v(p0=3), v(p0=3), v(p0=15)]
+    said = [r.getMessage() for r in caplog.records if "admission control" in r.getMessage()]
+    assert len(said) == 1
+    assert "Trigger.AvailableNow" in said[0]
+
+
+def test_without_limits_nothing_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    planner = FakePlanner((v(p0=3), v(p0=3)), initial=v(p0=0))
+    reader = stream_reader(planner, Clock())
+    assert reader.latestOffset() == ov.to_document(v(p0=3))
+    assert planner.asked[0]["max_records"] == 0
+    assert not caplog.records

@@ -11,6 +11,7 @@ runs both converters on consumed ones.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from typing import Any
 
@@ -314,6 +315,24 @@ def test_without_the_extension_auto_converts_in_python(monkeypatch: pytest.Monke
     assert type(convert(sample(), include_headers=False)) is Columns
     with pytest.raises(RuntimeError, match="MULTIKAFKA_CONVERTER=c: the C converter is not built"):
         convert(sample(), include_headers=False, converter="c")
+
+
+def test_a_layout_check_that_fails_says_which_releases_are_read_directly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warning names the installed confluent-kafka and the range the
+    reader requires (its own metadata: one home for the range)."""
+    from importlib import metadata
+
+    from multikafka.reader_agent import _convert
+
+    monkeypatch.setattr(_convert, "check_layout", lambda: "Message is 112 bytes")
+    found, why = _cconvert.load()
+    assert found is not None
+    assert not found.direct
+    installed = metadata.version("confluent-kafka")
+    assert why.startswith(f"Message is 112 bytes (confluent-kafka {installed} is installed; ")
+    assert re.search(r"requires confluent-kafka[<>=.,\d]+, whose Message it reads directly", why)
 
 
 def test_a_layout_that_failed_its_checks_is_not_read_directly(

@@ -64,15 +64,23 @@ class MinRecordsGate:
         start: Mapping[str, int],
         end: Mapping[str, int],
         available: Mapping[str, int] | None = None,
+        *,
+        hold: bool = True,
     ) -> bool:
         """Whether the micro-batch ``[start, end)`` starts now. ``available``:
         what could be read without a read limit (None: ``end``). A batch
         with nothing new (``end == start``) is not a batch: False, and the
-        delay keeps running."""
+        delay keeps running. ``hold=False``: any batch with something new
+        starts (the delay counts from it)."""
         begin, stop = ov.as_offsets(start), ov.as_offsets(end)
         if stop == begin:
             return False
-        if begin.splits != stop.splits or _went_back(begin, stop) or self._waited_enough():
+        if (
+            not hold
+            or begin.splits != stop.splits
+            or _went_back(begin, stop)
+            or self._waited_enough()
+        ):
             return self._started()
         count = available_records(begin, stop if available is None else available)
         if count >= self.min_records:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -125,9 +126,27 @@ def _agrees(converter: CompiledConverter, msgs: list[Any]) -> bool:
     )
 
 
+def _releases() -> str:
+    """Which confluent-kafka is installed, and which ones ``multikafka-reader``
+    requires: those its direct mode is verified on (empty when unknown)."""
+    try:
+        installed = metadata.version("confluent-kafka")
+        required = metadata.requires("multikafka-reader") or []
+    except metadata.PackageNotFoundError:
+        return ""
+    wanted = [r.split(";")[0] for r in required if r.startswith("confluent-kafka")]
+    if not wanted:
+        return ""
+    return (
+        f" (confluent-kafka {installed} is installed; multikafka-reader requires {wanted[0]},"
+        " whose Message it reads directly)"
+    )
+
+
 def load() -> tuple[CompiledConverter | None, str]:
     """The compiled converter, direct if its checks pass; else the accessor
-    mode; else None. Also says why it is not direct (empty if it is)."""
+    mode; else None. Also says why it is not direct (empty if it is), and
+    for the accessor mode which confluent-kafka releases would be direct."""
     try:
         from confluent_kafka import Message
 
@@ -148,13 +167,15 @@ def load() -> tuple[CompiledConverter | None, str]:
     try:
         samples = _samples()
     except TypeError as exc:  # a confluent-kafka that cannot build a Message
-        return accessors, f"cannot build sample messages to check the layout ({exc})"
+        return accessors, f"cannot build sample messages to check the layout ({exc}){_releases()}"
     if not _agrees(accessors, samples):
         return None, "the C converter's accessor mode misreads sample messages"
     why = _convert.check_layout()
     if why is not None:
-        return accessors, why
+        return accessors, why + _releases()
     direct = CompiledConverter(_convert, direct=True)
     if not _agrees(direct, samples):
-        return accessors, "reading the Message struct directly gives other values than its methods"
+        return accessors, (
+            "reading the Message struct directly gives other values than its methods" + _releases()
+        )
     return direct, ""

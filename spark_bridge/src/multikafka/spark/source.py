@@ -22,13 +22,6 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    ReadMinRows,
-    SupportsTriggerAvailableNow,
-)
 from pyspark.sql.types import StructType
 
 if TYPE_CHECKING:
@@ -42,6 +35,14 @@ from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent import get_agent
 from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.plan import read_tasks
+from multikafka.spark.compat import (
+    SPARK_VERSION,
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 from multikafka.spark.options import NAMES, decoding_of, parse_options
 from multikafka.spark.partition import MultiKafkaPartition
 from multikafka.v1 import planner_pb2
@@ -96,7 +97,14 @@ class _Base:
 class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Spark's micro-batch reader. Spark keeps one instance per query in a
     planning worker, so what it learns between calls (when the last batch
-    started, the latest offsets) lives here."""
+    started, the latest offsets) lives here.
+
+    Spark 4.0 and 4.1 call ``latestOffset()`` without the batch's start
+    (:mod:`multikafka.spark.compat`). The next batch then starts where the
+    last one Spark planned ends: Spark plans the last batch of its offset
+    log again when a query restarts, before it asks for new offsets (what
+    PySpark's own ``SimpleDataSourceStreamReader`` relies on too), and on
+    a first start it is the initial offsets."""
 
     def __init__(self, options: ReadOptions) -> None:
         super().__init__(options)
@@ -105,11 +113,23 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         self._gate = options.min_records_gate()
         #: What was available at the last latestOffset (reportLatestOffset).
         self._available: ov.SplitOffsets | None = None
+        #: The initial offsets, resolved once (Spark < 4.2 may ask for the
+        #: latest offsets first and must then get the same start).
+        self._initial: dict[str, Any] | None = None
+        #: Where the next batch starts: the end of the last batch Spark
+        #: planned or was given (Spark < 4.2 does not say).
+        self._next_start: dict[str, Any] | None = None
+        #: Whether Spark (< 4.2) asked for the latest offsets in this run.
+        self._asked = False
 
     def initialOffset(self) -> dict[str, Any]:
-        offsets, _ = self.client.resolve(self.options.stream, self.options.starting)
-        logger.info("query %s starts at %s", self.query_id, offsets)
-        return ov.to_document(offsets)
+        if self._initial is None:
+            offsets, _ = self.client.resolve(self.options.stream, self.options.starting)
+            logger.info("query %s starts at %s", self.query_id, offsets)
+            self._initial = ov.to_document(offsets)
+        if self._next_start is None:
+            self._next_start = self._initial
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         # PySpark has no composite limit: with both minOffsetsPerTrigger and
@@ -121,7 +141,16 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
             return ReadMinRows(self.options.min_records_per_batch)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end of the next micro-batch from ``start`` within ``limit``.
+        Spark 4.0 and 4.1 pass neither: the batch starts where the last
+        one ends, and the options' own limits apply (:meth:`_own_limit`)."""
+        hold = True
+        if start is None or limit is None:
+            start = self._next_start if self._next_start is not None else self.initialOffset()
+            limit, hold = self._own_limit()
         if isinstance(limit, ReadMaxRows):
             max_records = int(limit.max_rows)
         elif isinstance(limit, (ReadAllAvailable, ReadMinRows)):
@@ -143,7 +172,7 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         )
         self._available = got.available
         gate = self._gate_for(limit)
-        if gate is not None and not gate.admit(begin, got.end, got.available):
+        if gate is not None and not gate.admit(begin, got.end, got.available, hold=hold):
             logger.debug(
                 "query %s: fewer than minOffsetsPerTrigger=%d records available; "
                 "batch held back (%.1fs of maxTriggerDelay=%.1fs waited)",
@@ -153,7 +182,30 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
                 gate.max_delay_s,
             )
             return start
-        return ov.to_document(got.end)
+        self._next_start = ov.to_document(got.end)
+        return self._next_start
+
+    def _own_limit(self) -> tuple[ReadLimit, bool]:
+        """The options' read limit when Spark (< 4.2) passes none, and
+        whether minOffsetsPerTrigger may hold the batch back. Those versions
+        do not tell the source its trigger, and under Trigger.AvailableNow
+        or Once they ask once per run: so the first micro-batch of a run is
+        never held (a held one would end such a run with nothing read), and
+        the first time a limit applies a warning says what it does."""
+        limit = self.getDefaultReadLimit()
+        first, self._asked = not self._asked, True
+        if first and not isinstance(limit, ReadAllAvailable):
+            logger.warning(
+                "query %s: Spark %s has no admission control for Python sources "
+                "(Spark 4.2 has): multikafka applies maxOffsetsPerTrigger, "
+                "minOffsetsPerTrigger and maxTriggerDelay itself, from the second "
+                "micro-batch of a run for the minimum; under Trigger.AvailableNow or "
+                "Trigger.Once, Spark asks once: a run reads one micro-batch of at "
+                "most maxOffsetsPerTrigger records",
+                self.query_id,
+                SPARK_VERSION,
+            )
+        return limit, not first
 
     def _gate_for(self, limit: ReadLimit) -> MinRecordsGate | None:
         """The minOffsetsPerTrigger gate, if it applies to this call: not
@@ -176,6 +228,7 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         logger.info("query %s reads up to %s (Trigger.AvailableNow)", self.query_id, self._target)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[MultiKafkaPartition]:
+        self._next_start = end
         return self._partitions(ov.parse(start, "start"), ov.parse(end, "end"))
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -238,17 +291,35 @@ def register(spark: SparkSession) -> type[MultiKafkaDataSource]:
     class registered.
 
     Not needed for the format to work: PySpark finds ``pyspark_multikafka``
-    by itself (without the number: one task per split with records)."""
+    by itself (without the number: one task per split with records). Spark
+    4.0 keeps the source it found and refuses another under its name: then
+    this says so in a warning and returns the source Spark has."""
+    parallelism = parallelism_of(spark)
     source = type(
         "MultiKafkaDataSource",
         (MultiKafkaDataSource,),
         {
-            "default_parallelism": parallelism_of(spark),
+            "default_parallelism": parallelism,
             "__module__": __name__,
             "__doc__": MultiKafkaDataSource.__doc__,
         },
     )
-    spark.dataSource.register(source)
+    try:
+        spark.dataSource.register(source)
+    except Exception as e:
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+            raise
+        # Spark 4.0 does not let a session replace a source it discovered
+        # (4.1 does): the discovered one reads the same, sized without the number.
+        logger.warning(
+            "Spark %s keeps the multikafka source it found installed "
+            "(pyspark_multikafka) and cannot register it again with the session's "
+            "parallelism (%d): micro-batches get one task per split with records; "
+            "set the option minPartitions for more",
+            SPARK_VERSION,
+            parallelism,
+        )
+        return MultiKafkaDataSource
     return source
 
 
