@@ -78,6 +78,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.takeover
 	$(PY) -m benchmarks.footprint
 	$(PY) -m benchmarks.spark_env
+	$(PY) -m benchmarks.spark_versions
 
 ## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...),
 ## the reader's with the compiled converter and a manylinux tag (auditwheel repair), and the

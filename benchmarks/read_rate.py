@@ -517,8 +517,11 @@ def read_spark(
     method: str,
     options: dict[str, str],
     source: str = "multikafka",
+    available_now: bool = True,
 ) -> Run:
-    """An AvailableNow query over the whole stream into the noop sink."""
+    """An AvailableNow query over the whole stream into the noop sink; with
+    ``available_now=False``, a query with the default trigger (each
+    micro-batch as soon as the last ends), stopped when all is read."""
     checkpoint = Path(tempfile.mkdtemp(prefix="bench-checkpoint-"))
     try:
         reader = (
@@ -530,16 +533,15 @@ def read_spark(
         for k, v in options.items():
             reader = reader.option(k, v)
         t0 = time.perf_counter()
-        query = (
-            reader.load()
-            .writeStream.format("noop")
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
+        writer = reader.load().writeStream.format("noop")
+        writer = writer.option("checkpointLocation", str(checkpoint))
+        query = (writer.trigger(availableNow=True) if available_now else writer).start()
         try:
-            while not query.awaitTermination(1):
-                on_rows(sum(int(p["numInputRows"]) for p in query.recentProgress))
+            while not query.awaitTermination(1 if available_now else 0.05):
+                read = sum(int(p["numInputRows"]) for p in query.recentProgress)
+                on_rows(read)
+                if not available_now and read >= setup.expected:
+                    break
             elapsed = time.perf_counter() - t0
             progress = list(query.recentProgress)
         finally:
