@@ -20,7 +20,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multikafka.coordinator.translation.mm2 import Checkpoint, OffsetSync
+from multikafka.coordinator.translation.mm2 import (
+    Checkpoint,
+    OffsetSync,
+    ReplicationPolicy,
+    SyncsLocation,
+    checkpoints_topic,
+    mirror_topic_problems,
+    offset_syncs_topic,
+    offset_syncs_topic_of,
+    remote_topic,
+)
 
 # -- golden bytes -------------------------------------------------------------
 
@@ -148,3 +158,40 @@ def test_checkpoint_garbage_and_unknown_versions_are_refused(
 ) -> None:
     with pytest.raises(ValueError, match=error):
         Checkpoint.decode(key, value)
+
+
+# -- topic names ------------------------------------------------------------------------
+
+
+def test_internal_topic_names() -> None:
+    assert offset_syncs_topic("west") == "mm2-offset-syncs.west.internal"
+    assert checkpoints_topic("east") == "east.checkpoints.internal"
+    # on the source (MM2's default) named for the target; on the target (KIP-716) for the source
+    assert offset_syncs_topic_of(SyncsLocation.SOURCE, "east", "west") == (
+        "mm2-offset-syncs.west.internal"
+    )
+    assert offset_syncs_topic_of(SyncsLocation.TARGET, "east", "west") == (
+        "mm2-offset-syncs.east.internal"
+    )
+
+
+def test_remote_topics_by_policy() -> None:
+    assert remote_topic(ReplicationPolicy.DEFAULT, "east", "orders") == "east.orders"
+    assert remote_topic(ReplicationPolicy.DEFAULT, "east", "a.b") == "east.a.b"
+    assert remote_topic(ReplicationPolicy.IDENTITY, "east", "orders") == "orders"
+    # IdentityReplicationPolicy still prefixes heartbeats (looksLikeHeartbeat)
+    assert remote_topic(ReplicationPolicy.IDENTITY, "east", "heartbeats") == "east.heartbeats"
+
+
+def test_a_mirror_s_topics_follow_the_policy() -> None:
+    default, identity = ReplicationPolicy.DEFAULT, ReplicationPolicy.IDENTITY
+    assert (
+        mirror_topic_problems(default, "east", ["orders", "pay"], ["east.pay", "east.orders"]) == []
+    )
+    assert mirror_topic_problems(identity, "east", ["orders"], ["orders"]) == []
+    assert mirror_topic_problems(default, "east", ["orders", "pay"], ["orders", "east.pay"]) == [
+        "'orders' on the source is 'east.orders' on the mirror (default policy), "
+        "which the mirror does not list",
+        "'orders' on the mirror is no source topic's remote topic "
+        "(default policy, source alias 'east')",
+    ]
