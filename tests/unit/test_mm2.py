@@ -16,15 +16,19 @@ then the value struct, into one buffer.
 
 from __future__ import annotations
 
+import random
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multikafka.coordinator.translation.mm2 import (
+    MAX_SYNCS,
     Checkpoint,
     OffsetSync,
     ReplicationPolicy,
     SyncsLocation,
+    SyncStore,
     checkpoints_topic,
     mirror_topic_problems,
     offset_syncs_topic,
@@ -195,3 +199,129 @@ def test_a_mirror_s_topics_follow_the_policy() -> None:
         "'orders' on the mirror is no source topic's remote topic "
         "(default policy, source alias 'east')",
     ]
+
+
+# -- the translation rule ------------------------------------------------------------------
+
+
+def store_of(*syncs: tuple[int, int]) -> SyncStore:
+    store = SyncStore()
+    for up, down in syncs:
+        store.add(OffsetSync("orders", 0, up, down))
+    return store
+
+
+def test_a_position_at_a_sync_translates_to_its_downstream_offset_without_plus_one() -> None:
+    # position 100: records < 100 read, record 100 not; its copy is 500
+    # (500 + 1 would skip it)
+    store = store_of((100, 500))
+    assert store.translate("orders", 0, 100) == 500
+
+
+def test_a_position_past_a_sync_translates_one_past_its_downstream_offset() -> None:
+    # position 101: record 100 was read, its copy 500 may be skipped; records
+    # after it are read again whether or not they were copied
+    store = store_of((100, 500))
+    assert store.translate("orders", 0, 101) == 501
+    assert store.translate("orders", 0, 10_000) == 501
+
+
+def test_the_newest_sync_at_or_before_the_position_is_used() -> None:
+    store = store_of((10, 20), (50, 70), (90, 130))
+    assert store.translate("orders", 0, 49) == 21
+    assert store.translate("orders", 0, 50) == 70
+    assert store.translate("orders", 0, 89) == 71
+    assert store.translate("orders", 0, 90) == 130
+
+
+def test_no_usable_sync_is_no_translation() -> None:
+    store = store_of((100, 500), (200, 600))
+    assert store.translate("orders", 0, 99) is None  # older than every sync
+    assert store.translate("orders", 1, 300) is None  # another partition
+    assert store.translate("other", 0, 300) is None
+    assert SyncStore().translate("orders", 0, 0) is None
+    with pytest.raises(ValueError, match="position -1 is negative"):
+        store.translate("orders", 0, -1)
+
+
+def test_a_source_topic_that_went_back_starts_over() -> None:
+    # MM2's upstreamRewind: the source topic was recreated
+    store = store_of((100, 500), (200, 600), (5, 700))
+    assert store.kept("orders", 0) == (OffsetSync("orders", 0, 5, 700),)
+    assert store.translate("orders", 0, 150) == 701
+
+
+def test_a_remote_topic_that_went_back_starts_over() -> None:
+    # the remote topic was truncated: its offsets restart at 0 for upstream 300.
+    # With the old syncs kept (as MM2 does), position 250 would be 601, past
+    # the copies of 300.. (at 0..) which were not read.
+    store = store_of((100, 500), (200, 600), (300, 0))
+    assert store.translate("orders", 0, 250) is None
+    assert store.translate("orders", 0, 300) == 0
+
+
+def test_the_same_record_copied_again_replaces_its_sync() -> None:
+    store = store_of((100, 500), (100, 520))
+    assert store.kept("orders", 0) == (OffsetSync("orders", 0, 100, 520),)
+    assert store.translate("orders", 0, 100) == 520
+
+
+def test_memory_is_bounded_and_the_earliest_and_newest_syncs_are_kept() -> None:
+    store = store_of(*((up, up // 2) for up in range(0, 2_000_000, 7)))
+    kept = store.kept("orders", 0)
+    assert len(kept) <= MAX_SYNCS
+    assert len(kept) < 60  # about two per power of two of 2 million
+    assert kept[0].upstream_offset == 1_999_998
+    assert kept[-1].upstream_offset == 0
+    ups = [s.upstream_offset for s in kept]
+    assert ups == sorted(ups, reverse=True)
+
+
+def test_a_position_d_behind_the_newest_sync_translates_from_at_most_about_d_further_back() -> None:
+    store = store_of(*((up, up) for up in range(100_000)))  # every record synced
+    newest = 99_999
+    for p in range(0, 100_000, 37):
+        used = next(s for s in store.kept("orders", 0) if s.upstream_offset <= p)
+        assert p - used.upstream_offset <= max(newest - p, 1)
+
+
+# -- never past an unread record: a simulated mirror -------------------------------------
+
+
+@st.composite
+def mirrors(draw: st.DrawFn) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(every copy as (upstream, downstream), the syncs MM2 emitted): records
+    dropped by filters or transactions leave upstream gaps, compaction and
+    transaction markers downstream gaps; syncs are some of the copies, in order."""
+    rng = random.Random(draw(st.integers(0, 2**32)))
+    n = draw(st.integers(1, 400))
+    copies, down = [], rng.randrange(0, 50)
+    for up in range(rng.randrange(0, 50), 50 + n):
+        if rng.random() < 0.7:
+            copies.append((up, down))
+            down += 1 + (rng.randrange(5) if rng.random() < 0.1 else 0)
+    every = draw(st.sampled_from([1, 2, 10, 100]))
+    syncs = [c for i, c in enumerate(copies) if i % every == 0 or rng.random() < 0.05]
+    return copies, syncs
+
+
+@settings(max_examples=300, deadline=None)
+@given(mirrors())
+def test_translation_never_skips_a_record_that_was_not_read(
+    mirror: tuple[list[tuple[int, int]], list[tuple[int, int]]],
+) -> None:
+    copies, syncs = mirror
+    store = store_of(*syncs)
+    last = copies[-1][0] if copies else 0
+    for p in range(last + 3):
+        target = store.translate("orders", 0, p)
+        if not syncs or p < syncs[0][0]:  # before the earliest sync (always kept)
+            assert target is None
+            continue
+        assert target is not None
+        # every copy the target position skips is of a record the query read
+        skipped = [up for up, down in copies if down < target]
+        assert all(up < p for up in skipped), (p, target, skipped)
+        # and it is no further back than the newest kept sync allows
+        used = next(s for s in store.kept("orders", 0) if s.upstream_offset <= p)
+        assert target >= used.downstream_offset
