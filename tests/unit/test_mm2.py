@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from multikafka.coordinator.translation import mm2
 from multikafka.coordinator.translation.mm2 import (
     MAX_SYNCS,
     Checkpoint,
@@ -35,6 +36,25 @@ from multikafka.coordinator.translation.mm2 import (
     offset_syncs_topic_of,
     remote_topic,
 )
+
+
+def test_the_public_names_are_locked() -> None:
+    # changing them is an API change, made on purpose
+    assert mm2.__all__ == [
+        "CHECKPOINT_VERSION",
+        "MAX_SYNCS",
+        "Checkpoint",
+        "OffsetSync",
+        "ReplicationPolicy",
+        "SyncStore",
+        "SyncsLocation",
+        "checkpoints_topic",
+        "mirror_topic_problems",
+        "offset_syncs_topic",
+        "offset_syncs_topic_of",
+        "remote_topic",
+    ]
+
 
 # -- golden bytes -------------------------------------------------------------
 
