@@ -26,9 +26,11 @@ only less precise: that is what lets the store forget syncs.
 distances behind the newest (its invariants B and C) and always the earliest
 (invariant D). Here, for each power-of-two distance ``[2^(k-1), 2^k)`` behind
 the newest sync, the newest and the oldest sync at that distance are kept,
-with the newest and the earliest sync overall: at most :data:`MAX_SYNCS`, and
-a position at distance ``d`` behind the newest sync translates from a sync at
-most about ``d`` further back (MM2's invariants give about the same).
+with the newest and the earliest sync overall: at most :data:`MAX_SYNCS`
+(a simpler rule than MM2's in-place repair of its invariants, at twice the
+memory). With a sync for every record, a position ``d`` behind the newest
+sync translates from a sync at most ``d`` further back (a test checks it);
+sparser syncs give what they can, as in MM2.
 
 **Starting over**: a sync whose upstream offset is below the newest one's
 (the source topic was recreated: MM2's ``upstreamRewind``) replaces all
