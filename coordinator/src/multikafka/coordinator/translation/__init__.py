@@ -5,7 +5,9 @@
 * :mod:`.marks`: read marks, the offset and record time of the last record
   agents read per split (what ``timestamp`` translation looks up);
 * :mod:`.abandoned`: ranges a query gave up on a failed cluster, which lower
-  its position there.
+  its position there;
+* :mod:`.mm2`: MirrorMaker 2's records, topic names and offset translation
+  (for an ``mm2`` strategy; not wired in yet).
 """
 
 from multikafka.coordinator.translation.abandoned import Abandonments

@@ -1,0 +1,38 @@
+"""MirrorMaker 2 as a failover translation: its records read as MM2 writes
+them, its topic names, and its offset translation (no wiring yet).
+
+* :mod:`.records`: ``OffsetSync`` and ``Checkpoint``, Kafka's struct encoding;
+* :mod:`.topics`: internal and remote topic names, replication policies;
+* :mod:`.syncs`: the syncs kept per partition and the translation rule.
+"""
+
+from multikafka.coordinator.translation.mm2.records import (
+    CHECKPOINT_VERSION,
+    Checkpoint,
+    OffsetSync,
+)
+from multikafka.coordinator.translation.mm2.syncs import MAX_SYNCS, SyncStore
+from multikafka.coordinator.translation.mm2.topics import (
+    ReplicationPolicy,
+    SyncsLocation,
+    checkpoints_topic,
+    mirror_topic_problems,
+    offset_syncs_topic,
+    offset_syncs_topic_of,
+    remote_topic,
+)
+
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "MAX_SYNCS",
+    "Checkpoint",
+    "OffsetSync",
+    "ReplicationPolicy",
+    "SyncStore",
+    "SyncsLocation",
+    "checkpoints_topic",
+    "mirror_topic_problems",
+    "offset_syncs_topic",
+    "offset_syncs_topic_of",
+    "remote_topic",
+]
