@@ -143,6 +143,20 @@ def register_floor(spark: Any) -> str:
 _FLOOR_BATCH: dict[str, Any] = {}
 
 
+def spark_run(
+    method: str, records: int, per_trigger: int, floor: str
+) -> tuple[str, dict[str, str], bool]:
+    """The source, its options and whether the trigger is AvailableNow of a
+    Spark ``method``."""
+    if method in FLOOR:
+        available_now, tasks, batches = FLOOR[method]
+        step = -(-records // batches)
+        options = {"total": str(records), "step": str(step), "tasks": str(tasks)}
+        return floor, options, available_now
+    limit = {"maxOffsetsPerTrigger": str(per_trigger)} if method == "ten_batches" else {}
+    return "multikafka", limit, method == "one_batch"
+
+
 def child(records: int, repeat: int, warmup: int, out: Path) -> None:
     """Measure in this interpreter's PySpark; write the runs to ``out``."""
     import pyspark
@@ -166,32 +180,18 @@ def child(records: int, repeat: int, warmup: int, out: Path) -> None:
                         run = rr.read_raw(
                             setup, lambda n: None, count_only=method == "raw_nogc_count"
                         )
-                    elif method in FLOOR:
-                        available_now, tasks, batches = FLOOR[method]
-                        step = -(-setup.expected // batches)
-                        run = rr.read_spark(
-                            spark,
-                            setup,
-                            lambda n: None,
-                            method=method,
-                            options={
-                                "total": str(setup.expected),
-                                "step": str(step),
-                                "tasks": str(tasks),
-                            },
-                            source=floor,
-                            available_now=available_now,
-                        )
                     else:
+                        source, options, available_now = spark_run(
+                            method, setup.expected, per_trigger, floor
+                        )
                         run = rr.read_spark(
                             spark,
                             setup,
                             lambda n: None,
                             method=method,
-                            options={"maxOffsetsPerTrigger": str(per_trigger)}
-                            if method == "ten_batches"
-                            else {},
-                            available_now=method == "one_batch",
+                            options=options,
+                            source=source,
+                            available_now=available_now,
                         )
                     run.extra["cpu_s"] = rr.cpu_by_role(cpu0)
                     if run.records < setup.expected:
@@ -205,9 +205,7 @@ def child(records: int, repeat: int, warmup: int, out: Path) -> None:
                                 "records": run.records,
                                 "seconds": run.seconds,
                                 "rate": run.rate,
-                                "reader_cpu_s": rr.reader_cpu(run)
-                                if method.startswith("raw")
-                                else run.extra["cpu_s"].get(rr.WORKERS, 0.0),
+                                "reader_cpu_s": rr.reader_cpu(run),
                                 "batches": run.extra.get("batches"),
                                 "steady_rate": run.extra.get("steady_rate"),
                                 "trigger_rate": run.extra.get("trigger_rate"),
@@ -276,47 +274,30 @@ def plot(result: dict[str, Any], path: Path) -> None:
     names = [r["spark"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     colors = ["#4c72b0", "#55a868", "#c44e52", "#8172b2"]
-    panels = (
-        ("one_batch/raw", "one micro-batch: rate / plain consumer", None),
-        ("steady/raw", f"{BATCHES} micro-batches: steady rate / plain consumer", None),
-        ("one_batch", "Python-worker CPU-s per 1M records", "floor_one_batch"),
+    bars = (
+        ([r["one_batch/raw"] for r in rows], "one micro-batch: rate / plain consumer"),
+        (
+            [r["steady/raw"] for r in rows],
+            f"{BATCHES} micro-batches: steady rate / plain consumer",
+        ),
+        ([r["cpu_per_million"]["one_batch"] for r in rows], "Python-worker CPU-s per 1M records"),
     )
-    for ax, (key, label, floor) in zip(axes, panels, strict=True):
-        values = [r["cpu_per_million"][key] if floor else r[key] for r in rows]
+    for ax, (values, label) in zip(axes, bars, strict=True):
         bars_with_range(ax, names, values, label=label, colors=colors)
         ax.set_xlabel("PySpark")
-    # Spark's floor on the same axes: the no-I/O source.
-    axes[0].plot(
-        names,
-        [r["floor_one_batch_rate"]["median"] / r["raw_rate"]["median"] for r in rows],
-        "k--",
-        marker="o",
-        label="no-I/O Python source (Spark's floor)",
-    )
-    axes[1].plot(
-        names,
-        [
-            max(v["median"] for v in r["floor_steady_rate"].values()) / r["raw_rate"]["median"]
-            for r in rows
-        ],
-        "k--",
-        marker="o",
-        label="no-I/O source, better of 2 and 8 tasks",
-    )
-    axes[2].plot(
-        names,
-        [r["cpu_per_million"]["floor_one_batch"]["median"] for r in rows],
-        "k--",
-        marker="o",
-        label="no-I/O Python source",
-    )
-    axes[2].plot(
-        names,
-        [r["cpu_per_million"]["raw_nogc_count"]["median"] for r in rows],
-        "k:",
-        marker="s",
-        label="plain consumer (count only)",
-    )
+    # Spark's floor (the no-I/O source) and the plain consumer on the same axes.
+    lines = (
+        (0, [r["floor_one_batch_rate"]["median"] / r["raw_rate"]["median"] for r in rows],
+         "k--", "no-I/O Python source (Spark's floor)"),
+        (1, [max(v["median"] for v in r["floor_steady_rate"].values()) / r["raw_rate"]["median"]
+             for r in rows], "k--", "no-I/O source, better of 2 and 8 tasks"),
+        (2, [r["cpu_per_million"]["floor_one_batch"]["median"] for r in rows],
+         "k--", "no-I/O Python source"),
+        (2, [r["cpu_per_million"]["raw_nogc_count"]["median"] for r in rows],
+         "k:", "plain consumer (count only)"),
+    )  # fmt: skip
+    for i, ys, style, label in lines:
+        axes[i].plot(names, ys, style, marker="o", label=label)
     for ax in axes:
         ax.legend(fontsize=8)
     fig.suptitle(f"multikafka per PySpark version ({result['records']:,} records, local[2])")
