@@ -76,8 +76,8 @@ def test_min_offsets_hold_a_batch_until_enough_records_or_the_delay(
     # 5 records wait for 20; 25 more make 30, read as one micro-batch. (On
     # Spark < 4.2 a run's first micro-batch is never held: the 5 go at once,
     # and the 25 make a batch of their own.)
-    batches = [] if ADMISSION_CONTROL else [5]
-    eventually(lambda: batch_sizes(query) == batches, timeout_s=60)
+    if not ADMISSION_CONTROL:
+        eventually(lambda: batch_sizes(query) == [5], timeout_s=60)
     produce_sequence(a.bootstrap, topic, 1, "b", range(24))
     batches = [30] if ADMISSION_CONTROL else [5, 25]
     eventually(lambda: batch_sizes(query) == batches, timeout_s=60)
