@@ -70,16 +70,13 @@ class SparkStandalone:
         worker_env = {**self._env, **({"PYSPARK_PYTHON": python} if python else {})}
         self.worker_dirs = [work_dir / f"worker-{i}" for i in range(workers)]
         worker = ["--host", "127.0.0.1", "--cores", str(cores), "--memory", memory]
-        self._workers = [
-            ManagedProcess(
-                f"spark-worker-{i}",
-                [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, *worker, *where],
-                work_dir,
-                env=worker_env,
+        self._workers = []
+        for i, folder in enumerate(self.worker_dirs):
+            argv = [spark_class, "org.apache.spark.deploy.worker.Worker", self.url, *worker]
+            argv += ["--webui-port", str(free_port()), "--work-dir", str(folder)]
+            self._workers.append(
+                ManagedProcess(f"spark-worker-{i}", argv, work_dir, env=worker_env)
             )
-            for i, d in enumerate(self.worker_dirs)
-            for where in [["--webui-port", str(free_port()), "--work-dir", str(d)]]
-        ]
 
     @property
     def url(self) -> str:
