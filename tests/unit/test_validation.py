@@ -459,7 +459,7 @@ def test_auto_failover_unknown_strategy(strategy: object) -> None:
     err = invalid(failover_doc(unreachable_after="30s", strategy=strategy))
     assert err.field == "auto_failover.strategy"
     assert "unknown strategy" in err.problem
-    assert "timestamp or identity" in err.problem
+    assert "timestamp, identity, mm2" in err.problem
 
 
 def test_auto_failover_unknown_field() -> None:
@@ -782,3 +782,124 @@ def test_bad_retention_says_what_to_fix(given: dict[str, Any], field: str, says:
     err = invalid({**README_DOC, **given})
     assert err.field == field
     assert says in err.problem
+
+
+# -- mm2 blocks: a cluster that is MirrorMaker 2's replica of another --------------
+
+
+def _mirrored(mm2: object, mirror_topics: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "name": "orders",
+        "clusters": {
+            "east": {"bootstrap_servers": "e:9092", "topics": ["orders", "pay"]},
+            "west": {
+                "bootstrap_servers": "w:9092",
+                "topics": mirror_topics or ["east.orders", "east.pay"],
+                "state": "STANDBY",
+                "mm2": mm2,
+            },
+        },
+    }
+
+
+def test_an_mm2_block_takes_mm2_s_defaults() -> None:
+    from multikafka.core.mm2 import Mm2Mirror, ReplicationPolicy, SyncsLocation
+
+    spec = parse_stream(_mirrored({"source": "east"}))
+    mirror = spec.clusters["west"].mm2
+    assert mirror == Mm2Mirror("east", "east", "west")
+    assert mirror.replication_policy is ReplicationPolicy.DEFAULT
+    assert mirror.offset_syncs_topic_location is SyncsLocation.SOURCE
+    # MM2's default: the syncs topic lives on the source, named for the target alias.
+    assert (mirror.syncs_cluster("west"), mirror.offset_syncs_topic) == (
+        "east",
+        "mm2-offset-syncs.west.internal",
+    )
+    assert mirror.checkpoints_topic == "east.checkpoints.internal"
+    # The document round-trips, defaults written out.
+    assert parse_stream(spec.to_document(redact=False)) == spec
+    assert spec.counterpart_topic("west", "east", "east.pay") == "pay"
+    assert spec.counterpart_topic("east", "west", "pay") == "east.pay"
+    assert spec.counterpart_topic("west", "east", "nope") is None
+
+
+def test_an_mm2_block_with_aliases_identity_and_kip_716() -> None:
+    spec = parse_stream(
+        _mirrored(
+            {
+                "source": "east",
+                "source_alias": "us-east",
+                "target_alias": "us-west",
+                "replication_policy": "identity",
+                "offset_syncs_topic_location": "target",
+            },
+            ["orders", "pay"],
+        )
+    )
+    mirror = spec.clusters["west"].mm2
+    assert mirror is not None
+    assert (mirror.syncs_cluster("west"), mirror.offset_syncs_topic) == (
+        "west",
+        "mm2-offset-syncs.us-east.internal",
+    )
+    assert spec.counterpart_topic("west", "east", "pay") == "pay"
+
+
+@pytest.mark.parametrize(
+    ("mm2", "topics", "field", "says"),
+    [
+        ({"source": "south"}, None, "clusters.west.mm2.source", "not a cluster of this stream"),
+        ({"source": "west"}, None, "clusters.west.mm2.source", "names this cluster itself"),
+        ({}, None, "clusters.west.mm2.source", "required"),
+        ({"source": "east", "flavour": 1}, None, "clusters.west.mm2.flavour", "unknown field"),
+        (
+            {"source": "east", "replication_policy": "prefix"},
+            None,
+            "clusters.west.mm2.replication_policy",
+            "must be one of default, identity",
+        ),
+        (
+            {"source": "east", "offset_syncs_topic_location": "elsewhere"},
+            None,
+            "clusters.west.mm2.offset_syncs_topic_location",
+            "must be one of source, target",
+        ),
+        (
+            {"source": "east"},
+            ["orders", "pay"],
+            "clusters.west.topics",
+            "'orders' on the source is 'east.orders' on the mirror",
+        ),
+        (
+            {"source": "east", "source_alias": "us-east"},
+            None,
+            "clusters.west.topics",
+            "'east.orders' on the mirror is no source topic's remote topic",
+        ),
+        (
+            {"source": "east", "target_alias": "a/b"},
+            None,
+            "clusters.west.mm2.target_alias",
+            "not a valid name",
+        ),
+    ],
+)
+def test_a_bad_mm2_block_says_what_to_fix(
+    mm2: object, topics: list[str] | None, field: str, says: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse_stream(_mirrored(mm2, topics))
+    assert err.value.field == field
+    assert says in str(err.value)
+
+
+def test_automatic_mm2_failover_needs_an_mm2_standby() -> None:
+    doc = _mirrored({"source": "east"})
+    doc["auto_failover"] = {"standby": "west", "unreachable_after": "5s", "strategy": "mm2"}
+    assert parse_stream(doc).auto_failover.strategy is FailoverStrategy.MM2  # type: ignore[union-attr]
+    del doc["clusters"]["west"]["mm2"]
+    doc["clusters"]["west"]["topics"] = ["orders"]
+    with pytest.raises(ValidationError) as err:
+        parse_stream(doc)
+    assert err.value.field == "auto_failover.strategy"
+    assert "its mm2 block" in str(err.value)

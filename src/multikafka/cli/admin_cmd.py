@@ -19,7 +19,7 @@ from multikafka.cli.watch import watch
 from multikafka.core import env
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import MultikafkaError
-from multikafka.core.model import DEFAULT_REMOVED_CLUSTER_RETENTION_MS
+from multikafka.core.model import DEFAULT_REMOVED_CLUSTER_RETENTION_MS, FailoverStrategy
 from multikafka.core.transport import ConnectConfig
 from multikafka.core.validation import parse_duration_ms
 from multikafka.v1 import admin_pb2, common_pb2
@@ -358,8 +358,17 @@ _cluster_cmd("activate", "Mark the cluster ACTIVE.", "activate")
 @click.option("--stream", required=True)
 @click.option("--from", "from_cluster", required=True, help="the failed cluster")
 @click.option("--to", "to_cluster", required=True, help="the cluster that takes over")
-@click.option("--strategy", type=click.Choice(["timestamp", "identity"]), default="timestamp")
-@click.option("--margin", default="30s", help="timestamp strategy safety margin, e.g. 30s, 500ms")
+@click.option(
+    "--strategy",
+    type=click.Choice([s.value for s in FailoverStrategy]),
+    default="timestamp",
+    help="timestamp (record time - margin), identity (same offsets), mm2 (MirrorMaker 2's offset syncs)",
+)
+@click.option(
+    "--margin",
+    default="30s",
+    help="timestamp safety margin (mm2: where no sync is usable), e.g. 30s, 500ms",
+)
 @click.option("--reason", default="")
 @pass_ctx
 def failover(

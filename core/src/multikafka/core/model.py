@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import shown
+from multikafka.core.mm2 import Mm2Mirror
 from multikafka.v1 import common_pb2
 
 #: A partition number written the one way str(int) writes it.
@@ -138,6 +139,8 @@ class ClusterSpec:
     starting: StartingPosition | None = None
     #: Where this cluster's reading stops (None: it does not).
     stopping: StoppingPosition | None = None
+    #: This cluster is MirrorMaker 2's replica of another of the stream.
+    mm2: Mm2Mirror | None = None
 
     def connection(self, cluster_id: str) -> Connection:
         return Connection(cluster_id, self.bootstrap_servers, self.properties)
@@ -154,6 +157,8 @@ class ClusterSpec:
             doc["starting"] = self.starting.to_document()
         if self.stopping is not None:
             doc["stopping"] = self.stopping.to_document()
+        if self.mm2 is not None:
+            doc["mm2"] = self.mm2.to_document()
         return doc
 
 
@@ -162,6 +167,13 @@ class FailoverStrategy(str, enum.Enum):
     TIMESTAMP = "timestamp"
     #: The same offsets (offset-preserving mirrors such as cluster linking).
     IDENTITY = "identity"
+    #: MirrorMaker 2's offset syncs (the new cluster's ``mm2`` block names
+    #: the failed one as its source); ``timestamp`` where no sync is usable.
+    MM2 = "mm2"
+
+
+#: How a document names the strategies, for errors.
+STRATEGY_NAMES = ", ".join(s.value for s in FailoverStrategy)
 
 
 #: How far back a timestamp failover starts, unless told otherwise.
@@ -227,6 +239,17 @@ class StreamSpec:
         # As UTF-8, not \u escapes: the 1 MiB limit counts the bytes sent,
         # and "\u00e9" would store 3 times as many as its UTF-8.
         return json.dumps(self.to_document(redact=redact), sort_keys=True, ensure_ascii=False)
+
+    def counterpart_topic(self, cluster: str, other: str, topic: str) -> str | None:
+        """The topic of ``other`` whose records ``cluster``'s ``topic`` holds
+        too: renamed as an ``mm2`` block between the two says, else the same
+        name. None: ``other`` has no such topic."""
+        here, there = self.clusters[cluster], self.clusters[other]
+        if here.mm2 is not None and here.mm2.source == other:
+            return here.mm2.source_topic(topic, there.topics)
+        if there.mm2 is not None and there.mm2.source == cluster:
+            return next((t for t in there.topics if there.mm2.source_topic(t, [topic])), None)
+        return topic
 
     def readable_clusters(self) -> dict[str, ClusterSpec]:
         return {cid: c for cid, c in self.clusters.items() if c.state.readable}

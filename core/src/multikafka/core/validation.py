@@ -8,15 +8,18 @@ version kept). Every error names the field to fix, e.g.
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError, shown
+from multikafka.core.mm2 import Mm2Mirror, ReplicationPolicy, SyncsLocation, mirror_topic_problems
 from multikafka.core.model import (
     DEFAULT_MARGIN_MS,
+    STRATEGY_NAMES,
     AutoFailover,
     ClusterSpec,
     ClusterState,
@@ -26,6 +29,8 @@ from multikafka.core.model import (
     StoppingPosition,
     StreamSpec,
 )
+
+_E = TypeVar("_E", bound=enum.Enum)
 
 #: Longest stream or cluster name.
 MAX_NAME = 128
@@ -55,7 +60,22 @@ _RESERVED_PROPERTIES = {
 
 _RETENTION_KEYS = ("removed_cluster_retention", "removed_cluster_retention_ms")
 _STREAM_FIELDS = {"name", "clusters", "auto_failover", *_RETENTION_KEYS}
-_CLUSTER_FIELDS = {"bootstrap_servers", "topics", "properties", "state", "starting", "stopping"}
+_CLUSTER_FIELDS = {
+    "bootstrap_servers",
+    "topics",
+    "properties",
+    "state",
+    "starting",
+    "stopping",
+    "mm2",
+}
+_MM2_FIELDS = {
+    "source",
+    "source_alias",
+    "target_alias",
+    "replication_policy",
+    "offset_syncs_topic_location",
+}
 _STOPPING_FIELDS = {"offsets", "timestamp"}
 _FAILOVER_FIELDS = {
     "standby",
@@ -168,9 +188,12 @@ def parse_stream(doc: object, *, expected_name: str | None = None) -> StreamSpec
     if not clusters_doc:
         raise ValidationError("clusters", "must name at least one cluster")
     clusters = {
-        validate_name(cid, f"clusters.{cid}"): _parse_cluster(cdoc, f"clusters.{cid}")
+        validate_name(cid, f"clusters.{cid}"): _parse_cluster(cdoc, cid)
         for cid, cdoc in clusters_doc.items()
     }
+    for cid, cluster in clusters.items():
+        if cluster.mm2 is not None:
+            _check_mirror(cid, cluster.mm2, cluster.topics, clusters)
     auto = None
     if obj.get("auto_failover") is not None:
         auto = _parse_auto_failover(obj["auto_failover"], clusters)
@@ -194,7 +217,8 @@ def _parse_retention(obj: Mapping[str, Any]) -> int | None:
     return parse_duration_ms(obj[given[0]], given[0])
 
 
-def _parse_cluster(doc: object, path: str) -> ClusterSpec:
+def _parse_cluster(doc: object, cid: str) -> ClusterSpec:
+    path = f"clusters.{cid}"
     obj = _object(doc, path, _CLUSTER_FIELDS)
     bootstrap = _parse_bootstrap(
         _required(obj, "bootstrap_servers", path), f"{path}.bootstrap_servers"
@@ -208,7 +232,65 @@ def _parse_cluster(doc: object, path: str) -> ClusterSpec:
     stopping = None
     if obj.get("stopping") is not None:
         stopping = parse_stopping(obj["stopping"], f"{path}.stopping", topics)
-    return ClusterSpec(bootstrap, topics, properties, state, starting, stopping)
+    mm2 = None
+    if obj.get("mm2") is not None:
+        mm2 = _parse_mm2(obj["mm2"], f"{path}.mm2", cid)
+    return ClusterSpec(bootstrap, topics, properties, state, starting, stopping, mm2)
+
+
+def _parse_mm2(doc: object, path: str, cid: str) -> Mm2Mirror:
+    """A cluster's ``mm2`` block (checked against the other clusters by
+    :func:`_check_mirror`)."""
+    obj = _object(doc, path, _MM2_FIELDS)
+    source = validate_name(_required(obj, "source", path), f"{path}.source")
+    source_alias = validate_name(obj.get("source_alias", source), f"{path}.source_alias")
+    target_alias = validate_name(obj.get("target_alias", cid), f"{path}.target_alias")
+    policy = _choice(
+        obj.get("replication_policy", "default"), ReplicationPolicy, f"{path}.replication_policy"
+    )
+    location = _choice(
+        obj.get("offset_syncs_topic_location", "source"),
+        SyncsLocation,
+        f"{path}.offset_syncs_topic_location",
+    )
+    return Mm2Mirror(source, source_alias, target_alias, policy, location)
+
+
+def _check_mirror(
+    cid: str, mirror: Mm2Mirror, topics: tuple[str, ...], clusters: Mapping[str, ClusterSpec]
+) -> None:
+    """A mirror's source is another cluster of the stream, and its topics are
+    the remote topics of the source's."""
+    path = f"clusters.{cid}.mm2"
+    source = mirror.source
+    if source == cid:
+        raise ValidationError(
+            f"{path}.source", "names this cluster itself; name the cluster MM2 copies from"
+        )
+    if source not in clusters:
+        raise ValidationError(
+            f"{path}.source",
+            f"names {shown(source)}, which is not a cluster of this stream "
+            f"({', '.join(sorted(clusters))}); add the source cluster too",
+        )
+    problems = mirror_topic_problems(
+        mirror.replication_policy, mirror.source_alias, clusters[source].topics, topics
+    )
+    if problems:
+        raise ValidationError(
+            f"clusters.{cid}.topics",
+            f"do not follow the mm2 block: {'; '.join(problems)}",
+        )
+
+
+def _choice(value: object, kind: type[_E], field: str) -> _E:
+    """One of an enum's values, given as its text."""
+    allowed = ", ".join(str(e.value) for e in kind)
+    if isinstance(value, str):
+        for e in kind:
+            if e.value == value:
+                return e
+    raise ValidationError(field, f"must be one of {allowed}, got {shown(value)}")
 
 
 def _parse_bootstrap(value: object, field: str) -> str:
@@ -358,8 +440,14 @@ def _parse_auto_failover(doc: object, clusters: Mapping[str, ClusterSpec]) -> Au
         strategy = FailoverStrategy(strategy_raw)
     except ValueError:
         raise ValidationError(
-            f"{path}.strategy", f"unknown strategy {shown(strategy_raw)}; use timestamp or identity"
+            f"{path}.strategy", f"unknown strategy {shown(strategy_raw)}; use {STRATEGY_NAMES}"
         ) from None
+    if strategy is FailoverStrategy.MM2 and clusters[standby].mm2 is None:
+        raise ValidationError(
+            f"{path}.strategy",
+            f"mm2 needs the standby {shown(standby)} to say whose MirrorMaker 2 replica it is "
+            "(its mm2 block); add one, or use timestamp",
+        )
     margin_key = "margin" if "margin" in obj else "margin_ms"
     margin = parse_duration_ms(obj.get(margin_key, DEFAULT_MARGIN_MS), f"{path}.{margin_key}")
     return AutoFailover(standby, window, strategy, margin)

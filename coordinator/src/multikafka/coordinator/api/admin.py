@@ -21,7 +21,7 @@ from multikafka.coordinator.operations.reports import Reports, StreamReport
 from multikafka.coordinator.operations.status import ServingReplica
 from multikafka.coordinator.operations.streams import StreamOperations
 from multikafka.core.exceptions import ValidationError, shown
-from multikafka.core.model import DEFAULT_MARGIN_MS, FailoverStrategy
+from multikafka.core.model import DEFAULT_MARGIN_MS, STRATEGY_NAMES, FailoverStrategy
 from multikafka.core.validation import MAX_DOCUMENT_BYTES, parse_stream_json, validate_name
 from multikafka.v1 import admin_pb2, admin_pb2_grpc
 
@@ -138,7 +138,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             strategy = FailoverStrategy(request.strategy or "timestamp")
         except ValueError:
             raise ValidationError(
-                "strategy", f"unknown strategy {shown(request.strategy)}; use timestamp or identity"
+                "strategy", f"unknown strategy {shown(request.strategy)}; use {STRATEGY_NAMES}"
             ) from None
         report = await self._operations().failover(
             stream,

@@ -12,7 +12,7 @@ from multikafka.coordinator.translation.mm2.records import (
     OffsetSync,
 )
 from multikafka.coordinator.translation.mm2.syncs import MAX_SYNCS, SyncStore
-from multikafka.coordinator.translation.mm2.topics import (
+from multikafka.core.mm2 import (
     ReplicationPolicy,
     SyncsLocation,
     checkpoints_topic,

@@ -1,5 +1,7 @@
-"""MM2's topic names: its internal topics and the remote topics a replication
-policy gives source topics (apache/kafka ``connect/mirror-client``:
+"""MirrorMaker 2 in a stream document: a cluster that is MM2's mirror of
+another (:class:`Mm2Mirror`, the cluster's ``mm2`` block), and MM2's topic
+names: its internal topics and the remote topics a replication policy gives
+source topics (apache/kafka ``connect/mirror-client``:
 ``DefaultReplicationPolicy``, ``IdentityReplicationPolicy``; where the
 offset-syncs topic lives: ``MirrorCheckpointConfig.offsetSyncsTopic``).
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 #: ``DefaultReplicationPolicy.SEPARATOR_DEFAULT``.
 SEPARATOR = "."
@@ -83,3 +87,54 @@ def mirror_topic_problems(
         for m in sorted(mirror - expected.keys())
     ]
     return problems
+
+
+@dataclass(frozen=True)
+class Mm2Mirror:
+    """A cluster's ``mm2`` block: the cluster is MM2's replica of ``source``
+    (another cluster of the same stream), its topics the remote topics of the
+    source's under ``replication_policy``."""
+
+    #: The stream's cluster MM2 copies from.
+    source: str
+    #: MM2's alias of the source cluster (names remote topics and the
+    #: checkpoints topic).
+    source_alias: str
+    #: MM2's alias of this cluster (names the offset-syncs topic on the source).
+    target_alias: str
+    replication_policy: ReplicationPolicy = ReplicationPolicy.DEFAULT
+    offset_syncs_topic_location: SyncsLocation = SyncsLocation.SOURCE
+
+    @property
+    def offset_syncs_topic(self) -> str:
+        """The offset-syncs topic of this replication."""
+        return offset_syncs_topic_of(
+            self.offset_syncs_topic_location, self.source_alias, self.target_alias
+        )
+
+    @property
+    def checkpoints_topic(self) -> str:
+        """The checkpoints topic of this replication (on this cluster)."""
+        return checkpoints_topic(self.source_alias)
+
+    def syncs_cluster(self, mirror: str) -> str:
+        """The cluster holding the offset syncs: the source, or ``mirror``
+        (this cluster) under KIP-716's ``target`` location."""
+        return self.source if self.offset_syncs_topic_location is SyncsLocation.SOURCE else mirror
+
+    def remote_topic(self, topic: str) -> str:
+        """The name on this cluster of the source's ``topic``."""
+        return remote_topic(self.replication_policy, self.source_alias, topic)
+
+    def source_topic(self, remote: str, source_topics: Iterable[str]) -> str | None:
+        """Which of ``source_topics`` is copied as ``remote`` here (None: none)."""
+        return next((t for t in source_topics if self.remote_topic(t) == remote), None)
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "source_alias": self.source_alias,
+            "target_alias": self.target_alias,
+            "replication_policy": self.replication_policy.value,
+            "offset_syncs_topic_location": self.offset_syncs_topic_location.value,
+        }
