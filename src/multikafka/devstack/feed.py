@@ -6,6 +6,8 @@ Records are keyed ``"<label>:<seq>"`` so a reader can check that every
 sequence number arrived exactly once. Volume is produced in batches; each
 partition then gets one single-record *fence* (key ``__fence__``), which makes
 tansu's high watermark right for everything before it (see ARCHITECTURE.md).
+Keys starting with ``__`` (fences, the filler of :mod:`.mirror`) are no stream
+records: :func:`is_stream_key`.
 """
 
 from __future__ import annotations
@@ -14,29 +16,52 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from multikafka.core.kafka_log import ClientLog
 from multikafka.core.retry import poll
 
+if TYPE_CHECKING:
+    from multikafka.devstack.mirror import Mm2Copy
+
 FENCE_KEY = b"__fence__"
+#: Keys of records that are no stream records (fences, a mirror's filler).
+NOT_STREAM_PREFIX = "__"
+
+#: A producer's delivery callback: (error or None, message).
+OnDelivery = Callable[[KafkaError | None, Message], None]
 
 
-def _log(bootstrap: str) -> ClientLog:
+def is_stream_key(key: str) -> bool:
+    """Whether a record's key (as text) is a stream record's, not a fence's
+    or a mirror's filler."""
+    return not key.startswith(NOT_STREAM_PREFIX)
+
+
+def client_log(bootstrap: str) -> ClientLog:
     """librdkafka's lines of a dev-stack client (a cluster the demo killed
     on purpose is no news: "cannot connect" at INFO)."""
     return ClientLog("devstack", bootstrap, unreachable_level=logging.INFO)
 
 
-def create_topics(bootstrap: str, topics: Mapping[str, int], timeout_s: float = 15.0) -> None:
-    """Create ``{topic: partitions}`` (topics that exist already are fine)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap}, logger=_log(bootstrap))
+def create_topics(
+    bootstrap: str,
+    topics: Mapping[str, int],
+    timeout_s: float = 15.0,
+    *,
+    config: Mapping[str, str] | None = None,
+) -> None:
+    """Create ``{topic: partitions}`` with topic ``config`` (topics that exist
+    already are fine, whatever their configuration)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap}, logger=client_log(bootstrap))
     try:
         futures = admin.create_topics(
-            [NewTopic(t, n, 1) for t, n in topics.items()], request_timeout=timeout_s
+            [NewTopic(t, n, 1, config=dict(config or {})) for t, n in topics.items()],
+            request_timeout=timeout_s,
         )
         for topic, fut in futures.items():
             try:
@@ -74,7 +99,7 @@ class SequenceProducer:
             config.update({"batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000})
         else:
             config["batch.num.messages"] = 1
-        self._producer = Producer(config, logger=_log(bootstrap))
+        self._producer = Producer(config, logger=client_log(bootstrap))
         self._pad = b"x" * max(value_size - 16, 0)
 
     def produce(
@@ -86,6 +111,7 @@ class SequenceProducer:
         *,
         timestamp_ms: int | None = None,
         headers: bool = False,
+        on_delivery: OnDelivery | None = None,
     ) -> int:
         n = 0
         for seq in seqs:
@@ -95,6 +121,8 @@ class SequenceProducer:
                 kwargs["timestamp"] = timestamp_ms
             if headers:
                 kwargs["headers"] = [("seq", str(seq).encode())]
+            if on_delivery is not None:
+                kwargs["on_delivery"] = on_delivery
             while True:
                 try:
                     self._producer.produce(topic, key=key, value=b"%d|" % seq + self._pad, **kwargs)  # type: ignore[arg-type]
@@ -105,6 +133,10 @@ class SequenceProducer:
         self._producer.poll(0)
         return n
 
+    def raw(self, topic: str, partition: int, key: bytes) -> None:
+        """One record with ``key`` and an empty value (a mirror's filler)."""
+        self._producer.produce(topic, key=key, value=b"", partition=partition)
+
     def flush(self, timeout_s: float = 30.0) -> None:
         left = self._producer.flush(timeout_s)
         if left:
@@ -114,6 +146,20 @@ class SequenceProducer:
         """Stop the client (it would otherwise reconnect, and log, until
         garbage-collected)."""
         self._producer.close()
+
+
+def offsets_into(offsets: dict[int, int]) -> OnDelivery:
+    """A delivery callback putting each ``label:seq`` record's offset in
+    ``offsets`` (seq -> offset); a failed delivery raises from ``flush``."""
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            raise KafkaException(err)
+        key = msg.key()
+        if key is not None and is_stream_key(key.decode()):
+            offsets[int(key.rsplit(b":", 1)[1])] = msg.offset()  # type: ignore[assignment]
+
+    return on_delivery
 
 
 def fence(bootstrap: str, topic: str, partitions: int) -> None:
@@ -134,6 +180,12 @@ class Feed(threading.Thread):
     does; :meth:`route` moves producers (and mirrors) between clusters.
 
     ``sent`` lists ``(seq, timestamp_ms)`` of every record produced.
+
+    With ``mirror``, the targets are the mirror's source only and each chunk
+    is also copied as MirrorMaker 2 would (:class:`~.mirror.Mm2Copy`: the
+    remote topic, shifted offsets, offset syncs) until the first
+    :meth:`route`: the source is gone or producers moved, and the copy stops.
+    Routed to the mirror cluster, producers write its remote topic.
     """
 
     def __init__(
@@ -146,8 +198,11 @@ class Feed(threading.Thread):
         chunk: int = 50,
         pause_s: float = 0.05,
         limit: int | None = None,
+        mirror: Mm2Copy | None = None,
     ) -> None:
         super().__init__(name=f"feed-{label}", daemon=True)
+        if mirror is not None and list(targets) != [mirror.source]:
+            raise ValueError("a feed with a mirror produces to the mirror's source only")
         self.topic = topic
         self.partitions = partitions
         self.label = label
@@ -161,12 +216,19 @@ class Feed(threading.Thread):
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
         self._fenced = False
+        self.mirror = mirror
+        #: Whether chunks are still copied to ``mirror``.
+        self._copying = mirror is not None
+
+    def _topic_of(self, bootstrap: str) -> str:
+        return self.mirror.topic if self.mirror and bootstrap == self.mirror.mirror else self.topic
 
     def route(self, targets: list[str]) -> int:
         """From the next chunk on, produce to ``targets`` only. Returns the
         first sequence number that goes to the new targets."""
         with self._lock:
             self._targets = list(targets)
+            self._copying = False
             for gone in set(self._producers) - set(targets):
                 # Nothing is pending (every chunk is flushed): dropping the
                 # producer stops it from reconnecting to a dead cluster.
@@ -198,13 +260,17 @@ class Feed(threading.Thread):
             for producer in self._producers.values():
                 producer.close()
             self._producers.clear()
+            if self.mirror is not None:
+                self.mirror.close()
         return len(self.sent)
 
     def _fence(self) -> None:
         with self._lock:
             if not self._fenced:
                 for bootstrap in self._targets:
-                    fence(bootstrap, self.topic, self.partitions)
+                    fence(bootstrap, self._topic_of(bootstrap), self.partitions)
+                if self._copying and self.mirror is not None:
+                    self.mirror.fence(self.partitions)
                 self._fenced = True
 
     def run(self) -> None:
@@ -215,14 +281,24 @@ class Feed(threading.Thread):
                 ts = int(time.time() * 1000)
                 seqs = range(seq, seq + n)
                 with self._lock:  # a route change waits for the chunk in flight
+                    upstream: dict[int, int] = {}
                     for bootstrap in self._targets:
                         producer = self._producers.get(bootstrap)
                         if producer is None:
                             producer = self._producers[bootstrap] = SequenceProducer(bootstrap)
                         producer.produce(
-                            self.topic, self.partitions, self.label, seqs, timestamp_ms=ts
+                            self._topic_of(bootstrap),
+                            self.partitions,
+                            self.label,
+                            seqs,
+                            timestamp_ms=ts,
+                            on_delivery=offsets_into(upstream) if self._copying else None,
                         )
                         producer.flush()
+                    if self._copying and self.mirror is not None:
+                        self.mirror.copy(
+                            self.topic, self.partitions, self.label, seqs, ts, upstream
+                        )
                     self.sent.extend((s, ts) for s in seqs)
                 seq += n
                 self._stop_event.wait(self.pause_s)
@@ -236,9 +312,9 @@ def sequence_report(
     keys: Iterable[str], expected: Mapping[str, int]
 ) -> tuple[list[str], dict[str, int]]:
     """Missing keys and duplicated keys (key -> count) among ``keys`` for
-    ``expected`` labels with sequence numbers 0..n-1. Fence keys are ignored."""
-    fence_key = FENCE_KEY.decode()
-    counts = Counter(k for k in keys if not k.startswith(fence_key))
+    ``expected`` labels with sequence numbers 0..n-1. Keys of no stream
+    record (fences, a mirror's filler: :func:`is_stream_key`) are ignored."""
+    counts = Counter(k for k in keys if is_stream_key(k))
     missing = [
         f"{label}:{s}"
         for label, n in expected.items()

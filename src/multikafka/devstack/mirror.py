@@ -1,0 +1,176 @@
+"""A mirror for the dev stack that looks like MirrorMaker 2's to a reader:
+:class:`Mm2Copy` copies what a :class:`~multikafka.devstack.feed.Feed`
+produces on the source cluster into the remote topic on the mirror cluster,
+with **shifted offsets**, and writes MM2-format offset syncs.
+
+* **Remote topic** (``east.orders`` under MM2's default policy; the caller
+  names it): created with the source's partitions and first given ``shifts[p]``
+  records (key ``__earlier__``) per partition, as if an earlier replication had
+  filled it, so the copy of upstream offset ``u`` is ``u + shifts[p]``;
+* **markers** (``marker_every`` chunks, 0 = never): one record (key
+  ``__marker__``) per partition after every such chunk, where an exactly-once
+  MM2's transaction marker takes an offset: the shift then grows over time.
+  Both kinds of filler are no stream records (``feed.is_stream_key``), as
+  fences are, so a verification does not count them;
+* **offset syncs**: ``mm2-offset-syncs.<alias>.internal`` (the caller names
+  it and the cluster that holds it), one partition, ``cleanup.policy=compact``
+  as MM2's ``createSinglePartitionCompactedTopic`` makes it (tansu accepts and
+  reports the setting; whether it compacts is not checked here). Records are
+  ``OffsetSync(...).encode()``, written when
+  :class:`~multikafka.devstack.offset_syncs.OffsetSyncWriter` says MM2 would,
+  one record per produce request (tansu's high watermark is right only then,
+  and the coordinator tails this topic up to it).
+
+The copy is synchronous: each chunk is copied (and its syncs written) before
+the feed produces the next, with the source's record timestamps, so the
+mirror never lags. Upstream and downstream offsets are what the brokers
+acknowledged. ``Mm2Copy.syncs`` lists every sync written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
+
+from multikafka.coordinator.translation.mm2.records import OffsetSync
+from multikafka.devstack.feed import (
+    SequenceProducer,
+    client_log,
+    create_topics,
+    fence,
+    offsets_into,
+)
+from multikafka.devstack.offset_syncs import COMMIT_INTERVAL_S, OFFSET_LAG_MAX, OffsetSyncWriter
+
+#: Records the remote topic held before the copy started.
+EARLIER_KEY = b"__earlier__"
+#: A record where an exactly-once MM2's transaction marker would take an offset.
+MARKER_KEY = b"__marker__"
+
+
+def create_syncs_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> None:
+    """The offset-syncs topic as MM2 creates it: 1 partition, compacted."""
+    create_topics(bootstrap, {topic: 1}, timeout_s, config={"cleanup.policy": "compact"})
+
+
+@dataclass
+class Mm2Copy:
+    """How a feed's records on ``source`` are copied to ``mirror`` (see the
+    module's docstring). ``syncs_cluster=None``: no offset syncs (an
+    offset-preserving mirror has no use for them)."""
+
+    #: Bootstrap of the cluster copied from (the feed's producers write there).
+    source: str
+    #: Bootstrap of the mirror cluster.
+    mirror: str
+    #: The remote topic on the mirror.
+    topic: str
+    #: Bootstrap of the cluster holding the offset syncs (MM2's default: the
+    #: source), or None for no syncs.
+    syncs_cluster: str | None
+    syncs_topic: str
+    #: ``__earlier__`` records per partition before the copy.
+    shifts: Sequence[int] = ()
+    #: A ``__marker__`` per partition after every this many chunks (0: never).
+    marker_every: int = 0
+    offset_lag_max: int = OFFSET_LAG_MAX
+    #: How often delayed syncs are written (MM2: ``offset.flush.interval.ms``).
+    commit_interval_s: float = COMMIT_INTERVAL_S
+    #: Every sync written, in order.
+    syncs: list[OffsetSync] = field(default_factory=list)
+    _writer: OffsetSyncWriter = field(init=False)
+    _copies: SequenceProducer | None = field(default=None, init=False)
+    _sync_producer: Producer | None = field(default=None, init=False)
+    _chunks: int = field(default=0, init=False)
+    _last_commit: float = field(default_factory=time.monotonic, init=False)
+
+    def __post_init__(self) -> None:
+        self._writer = OffsetSyncWriter(self.offset_lag_max)
+
+    def prepare(self, partitions: int) -> None:
+        """Create the remote topic (filled with its earlier records) and the
+        offset-syncs topic."""
+        create_topics(self.mirror, {self.topic: partitions})
+        earlier = SequenceProducer(self.mirror)
+        try:
+            for p, n in enumerate(self.shifts):
+                for _ in range(n):
+                    earlier.raw(self.topic, p, EARLIER_KEY)
+            earlier.flush()
+        finally:
+            earlier.close()
+        if self.syncs_cluster is not None:
+            create_syncs_topic(self.syncs_cluster, self.syncs_topic)
+
+    def copy(
+        self,
+        source_topic: str,
+        partitions: int,
+        label: str,
+        seqs: range,
+        timestamp_ms: int,
+        upstream: dict[int, int],
+    ) -> None:
+        """Copy one chunk the feed produced (``upstream``: seq -> its offset on
+        the source) and write the syncs MM2 would."""
+        if self._copies is None:
+            self._copies = SequenceProducer(self.mirror)
+        downstream: dict[int, int] = {}
+        self._copies.produce(
+            self.topic,
+            partitions,
+            label,
+            seqs,
+            timestamp_ms=timestamp_ms,
+            on_delivery=offsets_into(downstream),
+        )
+        self._copies.flush()
+        self._chunks += 1
+        if self.marker_every and self._chunks % self.marker_every == 0:
+            for p in range(partitions):
+                self._copies.raw(self.topic, p, MARKER_KEY)
+            self._copies.flush()
+        if self.syncs_cluster is None:
+            return
+        due = []
+        for seq in seqs:  # each partition in the source's order
+            sync = self._writer.copied(
+                source_topic, seq % partitions, upstream[seq], downstream[seq]
+            )
+            if sync is not None:
+                due.append(sync)
+        if time.monotonic() - self._last_commit >= self.commit_interval_s:
+            due += self._writer.commit()
+            self._last_commit = time.monotonic()
+        self._write(due)
+
+    def _write(self, syncs: list[OffsetSync]) -> None:
+        if not syncs or self.syncs_cluster is None:
+            return
+        if self._sync_producer is None:
+            self._sync_producer = Producer(
+                {"bootstrap.servers": self.syncs_cluster, "batch.num.messages": 1},
+                logger=client_log(self.syncs_cluster),
+            )
+        for sync in syncs:
+            key, value = sync.encode()
+            self._sync_producer.produce(self.syncs_topic, key=key, value=value, partition=0)
+        left = self._sync_producer.flush(30)
+        if left:
+            raise TimeoutError(f"{left} offset syncs not delivered in 30s")
+        self.syncs.extend(syncs)
+
+    def fence(self, partitions: int) -> None:
+        """Fence the remote topic (tansu's watermarks; not a copied record)."""
+        fence(self.mirror, self.topic, partitions)
+
+    def close(self) -> None:
+        if self._copies is not None:
+            self._copies.close()
+            self._copies = None
+        if self._sync_producer is not None:
+            self._sync_producer.flush(5)
+            self._sync_producer = None
