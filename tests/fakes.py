@@ -28,7 +28,7 @@ from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
 from multikafka.coordinator.clusters.discovery import Discovery
-from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.clusters.kafka import OffsetQuery, RawRecord
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
@@ -293,6 +293,15 @@ class FakeCluster:
     calls: int = 0
     clients: int = 0
     commits: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    #: Internal topics' records (MM2's offset syncs): topic -> partition -> records
+    internal: dict[str, dict[int, list[RawRecord]]] = field(default_factory=dict)
+
+    def append_internal(
+        self, topic: str, key: bytes, value: bytes, *, partition: int = 0, timestamp_ms: int = 0
+    ) -> None:
+        """Append a record to an internal topic (created on first use)."""
+        records = self.internal.setdefault(topic, {}).setdefault(partition, [])
+        records.append(RawRecord(partition, len(records), key, value, timestamp_ms))
 
     def add_records(self, topic: str, partition: int, times_ms: Sequence[int]) -> None:
         """Append records with these record times to a partition."""
@@ -309,6 +318,8 @@ class FakeMetadataClient:
         self.cluster = cluster
         cluster.clients += 1
         self.closed = False
+        #: (internal topic, partition) -> next offset :meth:`read_records` reads
+        self._read_at: dict[tuple[str, int], int] = {}
 
     def _ask(self) -> None:
         self.cluster.calls += 1
@@ -344,6 +355,21 @@ class FakeMetadataClient:
     ) -> None:
         self._ask()
         self.cluster.commits.setdefault(group_id, {}).update(offsets)
+
+    def read_records(
+        self, topic: str, positions: Mapping[int, int], max_records: int, timeout_s: float
+    ) -> list[RawRecord] | None:
+        self._ask()
+        parts = self.cluster.internal.get(topic)
+        if parts is None:
+            return None
+        out: list[RawRecord] = []
+        for p, records in sorted(parts.items()):
+            at = self._read_at.setdefault((topic, p), positions.get(p, 0))
+            taken = records[at : at + max_records - len(out)]
+            out += taken
+            self._read_at[(topic, p)] = at + len(taken)
+        return out
 
     def close(self) -> None:
         self.closed = True

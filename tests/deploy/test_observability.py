@@ -460,6 +460,7 @@ ALERTS = (
     "MultikafkaDataLoss",
     "MultikafkaPartitionCountShrunk",
     "MultikafkaReconcileSlow",
+    "MultikafkaMirrorSyncsStopped",
 )
 
 
@@ -609,6 +610,15 @@ def _state(instance: str, stream: str, cluster: str, state: str) -> list[dict[st
         )
         for s in ClusterState
     ]
+
+
+def _mm2(instance: str, partition: str, *, lag: str, age: str = "") -> list[dict[str, str]]:
+    """The two MM2 gauges of mirror ``west``'s source partition ``t/<partition>``."""
+    labels = {"instance": instance, "stream": "s", "cluster": "west", "topic": "t"}
+    out = [_series("multikafka_mm2_upstream_lag_records", lag, **labels, partition=partition)]
+    if age:
+        out.append(_series("multikafka_mm2_sync_age_seconds", age, **labels, partition=partition))
+    return out
 
 
 LEADER_A = [
@@ -787,6 +797,30 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "MultikafkaPartitionCountShrunk",
                 "15m",
                 {**CRITICAL, "stream": "s", "cluster": "west"},
+            ),
+        ],
+    },
+    "mm2 syncs stopped: far behind with no recent sync, read from the leader only": {
+        "input_series": [
+            *LEADER_A,
+            # Far behind, and the newest sync keeps ageing: MM2 stopped.
+            *_mm2("a", "0", lag="20000x60", age="900+60x60"),
+            # Far behind but syncs keep coming: MM2 is behind, not stopped.
+            *_mm2("a", "1", lag="20000x60", age="5x60"),
+            # A slow partition: its last sync is old, but few records wait.
+            *_mm2("a", "2", lag="50x60", age="5000+60x60"),
+            # Never a sync, and far behind.
+            *_mm2("a", "3", lag="50000x60"),
+            # A replica that stopped leading keeps stale values.
+            *_mm2("b", "4", lag="99999x60", age="9999x60"),
+        ],
+        "alert_rule_test": [
+            _alert("MultikafkaMirrorSyncsStopped", "5m"),  # pending: for 10m
+            _alert(
+                "MultikafkaMirrorSyncsStopped",
+                "20m",
+                {**WARNING, "stream": "s", "cluster": "west", "topic": "t", "partition": "0"},
+                {**WARNING, "stream": "s", "cluster": "west", "topic": "t", "partition": "3"},
             ),
         ],
     },

@@ -26,6 +26,7 @@ cannot see: a series that is new in the window counts with its value. */}}
 {{- $cluster := "{{ $labels.cluster }}" }}
 {{- $instance := "{{ $labels.instance }}" }}
 {{- $value := "{{ $value | humanize }}" }}
+{{- $partition := "{{ $labels.topic }}/{{ $labels.partition }}" }}
 groups:
   - name: multikafka
     rules:
@@ -242,4 +243,28 @@ groups:
             99% of metadata changes took up to {{ $value }}s (more than {{ .thresholdSeconds }}s)
             to be applied by every registered reader agent, for {{ .for }}.
           runbook_url: "{{ $runbook }}multikafkareconcileslow"
+{{- end }}{{ end }}
+{{- with $a.mirrorSyncsStopped }}{{ if .enabled }}
+      - alert: MultikafkaMirrorSyncsStopped
+        expr: |-
+          (
+            max by (namespace, job, stream, cluster, topic, partition) (multikafka_mm2_upstream_lag_records{{ $sel }} {{ $onLeader }}) > {{ .thresholdRecords | int64 }}
+          )
+          unless on (namespace, job, stream, cluster, topic, partition)
+          (
+            max by (namespace, job, stream, cluster, topic, partition) (multikafka_mm2_sync_age_seconds{{ $sel }} {{ $onLeader }}) <= {{ .maxAgeSeconds | int64 }}
+          )
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $p.alertLabels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: "MirrorMaker 2 offset syncs of {{ $partition }} for mirror {{ $cluster }} stopped"
+          description: >-
+            The source holds {{ $value }} records of {{ $partition }}
+            past the newest MirrorMaker 2 offset sync for mirror {{ $cluster }} of stream
+            {{ $stream }} (more than {{ .thresholdRecords | int64 }}), and no sync newer than
+            {{ .maxAgeSeconds | int64 }}s has been read, for {{ .for }}. An mm2 failover now
+            re-reads that many records, or falls back to timestamp.
+          runbook_url: "{{ $runbook }}multikafkamirrorsyncsstopped"
 {{- end }}{{ end }}

@@ -138,6 +138,21 @@ class Metrics:
             _PER_CLUSTER,
             registry=r,
         )
+        self.mm2_sync_age = Gauge(
+            "multikafka_mm2_sync_age_seconds",
+            "Age of the newest MirrorMaker 2 offset sync per mirrored source partition "
+            "(cluster: the mirror; topic, partition: on the source).",
+            [*_PER_CLUSTER, "topic", "partition"],
+            registry=r,
+        )
+        self.mm2_upstream_lag = Gauge(
+            "multikafka_mm2_upstream_lag_records",
+            "Records on the source past its newest MirrorMaker 2 offset sync, per mirrored "
+            "source partition (cluster: the mirror). MM2 syncs about every offset.lag.max "
+            "records; a growing value means syncs stopped.",
+            [*_PER_CLUSTER, "topic", "partition"],
+            registry=r,
+        )
         self.subreader_restarts = Counter(
             "multikafka_subreader_restarts",
             "Sub-reader restarts in agents (pushed by them).",
@@ -152,6 +167,11 @@ class Metrics:
             [*_PER_CLUSTER, "mode"],
             registry=r,
         )
+
+    def forget_mm2_partition(self, stream: str, cluster: str, topic: str, partition: int) -> None:
+        for family in (self.mm2_sync_age, self.mm2_upstream_lag):
+            with contextlib.suppress(KeyError):
+                family.remove(stream, cluster, topic, str(partition))
 
     _cluster_families = (
         "reachable",

@@ -335,6 +335,11 @@ class Discovery:
         cc.shared.health = Health()
         return result
 
+    async def run(self, fn: Callable[[], T]) -> T:
+        """Run a blocking client call that says nothing of the cluster's
+        reachability (reading an internal topic, whose errors may be its own)."""
+        return await self._run(fn)
+
     async def _run(self, fn: Callable[..., T], *args: object) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn, *args)

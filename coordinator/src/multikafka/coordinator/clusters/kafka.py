@@ -1,22 +1,24 @@
 """Cluster metadata as the coordinator needs it, on confluent-kafka's
-``AdminClient``: partition counts, offsets by position or time, and
-consumer-group commits (:class:`KafkaMetadataClient`, behind the
-:class:`MetadataClient` protocol the fakes implement too).
+``AdminClient``: partition counts, offsets by position or time, consumer-group
+commits, and the records of small internal topics such as MirrorMaker 2's
+offset syncs (:class:`KafkaMetadataClient`, behind the :class:`MetadataClient`
+protocol the fakes implement too).
 
-The coordinator never reads records: nothing here imports the read path
-(Arrow, the compiled converter, payload decoding).
+The coordinator never reads a stream's records: nothing here imports the read
+path (Arrow, the compiled converter, payload decoding).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.kafka_config import READER_DEFAULTS, client_config
+from multikafka.core.kafka_config import READER_DEFAULTS, READER_GROUP_ID, client_config
 from multikafka.core.kafka_log import ClientLog, repeat_interval_s
 from multikafka.core.model import Connection
 
@@ -48,6 +50,17 @@ class OffsetQuery(NamedTuple):
         return cls("timestamp", timestamp_ms)
 
 
+class RawRecord(NamedTuple):
+    """One record of an internal topic, as stored."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    #: Record time (ms since the epoch).
+    timestamp_ms: int
+
+
 class MetadataClient(Protocol):
     """Cluster metadata as the coordinator needs it. Blocking calls; the
     coordinator runs them on an executor."""
@@ -69,6 +82,16 @@ class MetadataClient(Protocol):
         """Store ``offsets`` as the committed offsets of consumer group ``group_id``."""
         ...
 
+    def read_records(
+        self, topic: str, positions: Mapping[int, int], max_records: int, timeout_s: float
+    ) -> list[RawRecord] | None:
+        """The next records of ``topic`` (at most ``max_records``, all that
+        are there now): each partition from ``positions`` (next offset to
+        read) the first time it is read, from the beginning if not named,
+        then on from where the last call stopped. None while the topic does
+        not exist."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -86,6 +109,8 @@ class KafkaMetadataClient:
         )
         self._admin = AdminClient(config, logger=self._log)
         self._group_consumers: dict[str, Consumer] = {}
+        #: topic -> (its consumer, the partitions assigned to it)
+        self._tails: dict[str, tuple[Consumer, set[int]]] = {}
 
     def set_log_context(
         self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
@@ -185,8 +210,50 @@ class KafkaMetadataClient:
         except KafkaException as exc:
             raise UnavailableError(f"cluster {self._connection.cluster}: commit: {exc}") from exc
 
+    def read_records(
+        self, topic: str, positions: Mapping[int, int], max_records: int, timeout_s: float
+    ) -> list[RawRecord] | None:
+        tail = self._tails.get(topic)
+        if tail is None:
+            config = client_config(
+                self._connection,
+                {**READER_DEFAULTS, "client.id": f"multikafka-coordinator-{topic}"},
+            )
+            config["group.id"] = READER_GROUP_ID  # never joined nor committed: assign only
+            # A compacted or trimmed topic starts later than a kept position:
+            # read what is there.
+            config["auto.offset.reset"] = "earliest"
+            tail = self._tails[topic] = (Consumer(config, logger=self._log), set())
+        consumer, assigned = tail
+        try:
+            meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            raise UnavailableError(f"cluster {self._connection.cluster}: metadata: {exc}") from exc
+        if meta is None or meta.error is not None or not meta.partitions:
+            return None
+        new = sorted(set(meta.partitions) - assigned)
+        if new:
+            consumer.incremental_assign(
+                [TopicPartition(topic, p, positions.get(p, OFFSET_BEGINNING)) for p in new]
+            )
+            assigned.update(new)
+        out: list[RawRecord] = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < max_records and time.monotonic() < deadline:
+            batch = consumer.consume(min(max_records - len(out), 10_000), timeout=0.05)
+            if not batch:
+                break
+            for m in batch:
+                partition, offset = m.partition(), m.offset()
+                if m.error() is None and partition is not None and offset is not None:
+                    out.append(RawRecord(partition, offset, m.key(), m.value(), m.timestamp()[1]))
+        return out
+
     def close(self) -> None:
         self._serve_logs()
         for consumer in self._group_consumers.values():
             consumer.close()
         self._group_consumers.clear()
+        for consumer, _ in self._tails.values():
+            consumer.close()
+        self._tails.clear()

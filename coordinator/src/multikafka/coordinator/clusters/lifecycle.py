@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from multikafka.coordinator.clusters.discovery import Discovery
@@ -53,8 +54,12 @@ class ClusterLifecycle:
         metrics: Metrics,
         *,
         interval_s: float = 1.0,
+        mm2_coverage: Callable[[StreamView, str], str] | None = None,
     ) -> None:
         self._store = store
+        #: What an ``mm2`` failover into a cluster can translate with (one
+        #: line for its record), from the syncs the leader keeps.
+        self._mm2_coverage = mm2_coverage
         self._discovery = discovery
         self._queries = queries
         self._history = history
@@ -195,6 +200,7 @@ class ClusterLifecycle:
             int(time.time() * 1000),
             reason,
             automatic,
+            self._translation_note(view, from_cluster, to_cluster, strategy, automatic),
         )
         status = replace(
             view.status,
@@ -212,10 +218,38 @@ class ClusterLifecycle:
             "auto-failover" if automatic else "failover",
             cluster=from_cluster,
             detail=f"{from_cluster} -> {to_cluster}, strategy {strategy.value}, margin {margin_ms} ms"
-            + (f": {reason}" if reason else ""),
+            + (f": {reason}" if reason else "")
+            + (f" ({record.note})" if record.note else ""),
             generation=rev,
         )
         return self._store.get(stream)
+
+    def _translation_note(
+        self,
+        view: StreamView,
+        from_cluster: str,
+        to_cluster: str,
+        strategy: FailoverStrategy,
+        automatic: bool,
+    ) -> str:
+        """What an ``mm2`` failover translates with, for its record. An admin
+        asking for ``mm2`` into a cluster that is no MM2 replica of the failed
+        one is refused; an automatic failover goes on with ``timestamp``."""
+        if strategy is not FailoverStrategy.MM2:
+            return ""
+        mirror = view.spec.clusters[to_cluster].mm2
+        if mirror is None or mirror.source != from_cluster:
+            problem = f"{to_cluster!r} is no MirrorMaker 2 replica of {from_cluster!r} " + (
+                "(it has no mm2 block)"
+                if mirror is None
+                else f"(its mm2 source is {mirror.source!r})"
+            )
+            if not automatic:
+                raise ValidationError(
+                    "strategy", f"mm2: {problem}; fix the stream document or use timestamp"
+                )
+            return f"{problem}: every split falls back to timestamp"
+        return self._mm2_coverage(view, to_cluster) if self._mm2_coverage else ""
 
     # -- checks ------------------------------------------------------------------------
 

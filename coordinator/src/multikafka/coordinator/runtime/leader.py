@@ -35,6 +35,7 @@ from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.queries import QueryStore
 from multikafka.coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
+from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +60,14 @@ class LeaderDuties:
         self.discovery = Discovery(
             config, executor, client_factory=client_factory, on_shrink=self._shrunk
         )
+        self.syncs = MirrorSyncs(etcd, prefix, store, self.discovery, metrics)
         self.lifecycle = ClusterLifecycle(
-            store, self.discovery, self.queries, self.history, metrics
+            store,
+            self.discovery,
+            self.queries,
+            self.history,
+            metrics,
+            mm2_coverage=self.syncs.coverage,
         )
         self.reconciler = Reconciler(
             store,
@@ -72,7 +79,7 @@ class LeaderDuties:
             forget=self.marks.forget,
         )
         self.abandonments = Abandonments(self.queries, self.history, metrics)
-        self.translator = FailoverTranslator(self.discovery, self.marks)
+        self.translator = FailoverTranslator(self.discovery, self.marks, self.syncs)
         self.entry = EntryOffsets(self.discovery, self.translator)
         # -- the use cases of the term ---------------------------------------
         self.batches = MicroBatches(
@@ -99,6 +106,7 @@ class LeaderDuties:
         await self.history.load()
         await self.queries.load()
         await self.marks.load()
+        await self.syncs.load()
         await self.reconciler.start()
 
     async def run(self) -> None:
@@ -108,6 +116,7 @@ class LeaderDuties:
         await self.registry.start()
         self.discovery.start()
         self.marks.start()
+        self.syncs.start()
         self.lifecycle.start()
 
     async def start(self) -> None:
@@ -121,6 +130,7 @@ class LeaderDuties:
         self.reconciler.stop()
         await self.registry.stop()
         await self.marks.stop()
+        await self.syncs.stop()
         await self.history.stop()
         await self.discovery.close()
 

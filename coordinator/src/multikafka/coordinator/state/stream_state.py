@@ -36,6 +36,9 @@ class FailoverRecord:
     at_ms: int
     reason: str = ""
     automatic: bool = False
+    #: How translation stood when it was decided (``mm2``: which partitions
+    #: have offset syncs, and that the others fall back to ``timestamp``).
+    note: str = ""
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -46,6 +49,7 @@ class FailoverRecord:
             "at_ms": self.at_ms,
             "reason": self.reason,
             "automatic": self.automatic,
+            "note": self.note,
         }
 
     @classmethod
@@ -58,6 +62,7 @@ class FailoverRecord:
             int(doc.get("at_ms", 0)),
             str(doc.get("reason", "")),
             bool(doc.get("automatic", False)),
+            str(doc.get("note", "")),
         )
 
 

@@ -6,8 +6,8 @@
   agents read per split (what ``timestamp`` translation looks up);
 * :mod:`.abandoned`: ranges a query gave up on a failed cluster, which lower
   its position there;
-* :mod:`.mm2`: MirrorMaker 2's records, topic names and offset translation
-  (for an ``mm2`` strategy; not wired in yet).
+* :mod:`.mm2`: MirrorMaker 2's records, its offset translation, and the
+  leader's tail of every mirror's offset syncs (the ``mm2`` strategy).
 """
 
 from multikafka.coordinator.translation.abandoned import Abandonments

@@ -4,6 +4,13 @@ one start, for a query that was reading the failed cluster.
 * ``timestamp``: ``offsets_for_times(time of the last record read - margin)``
   on the new cluster; at-least-once with duplicates bounded by the margin.
 * ``identity``: the same offset (offset-preserving mirrors).
+* ``mm2``: MirrorMaker 2's offset syncs (:mod:`.mm2`): the downstream offset
+  of the newest sync at or before the position, +1 when past it; a split
+  without such a sync falls back to ``timestamp``, and says so.
+
+A split of the new cluster takes over from the failed cluster's split of the
+same partition of the same topic, or of the topic an ``mm2`` block between
+the two renames it from (``east.orders`` on the mirror is ``orders``).
 
 The position used is what the query really read: its ranges abandoned on the
 failed cluster lower it (:mod:`multikafka.coordinator.translation.abandoned`), and only
@@ -23,6 +30,7 @@ from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.state.stream_state import FailoverRecord, StreamView
 from multikafka.coordinator.translation.marks import ReadMarks
+from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.model import ClusterState, FailoverStrategy, SplitId
 from multikafka.core.offsets import clusters_of
@@ -39,9 +47,12 @@ class Translation:
 
 
 class FailoverTranslator:
-    def __init__(self, discovery: Discovery, marks: ReadMarks) -> None:
+    def __init__(
+        self, discovery: Discovery, marks: ReadMarks, syncs: MirrorSyncs | None = None
+    ) -> None:
         self._discovery = discovery
         self._marks = marks
+        self._syncs = syncs
 
     @staticmethod
     def record_for(
@@ -72,8 +83,10 @@ class FailoverTranslator:
         exact: dict[str, tuple[int, str, str]] = {}  # split -> (offset, source, how)
         lookups: dict[OffsetQuery, list[tuple[SplitId, str, str]]] = defaultdict(list)
         for b in splits:
-            a = str(SplitId(record.from_cluster, b.topic, b.partition))
-            if a not in start:
+            topic = view.spec.counterpart_topic(record.to_cluster, record.from_cluster, b.topic)
+            source = SplitId(record.from_cluster, topic or b.topic, b.partition)
+            a = str(source)
+            if topic is None or a not in start:
                 why = "no counterpart on the failed cluster: earliest"
                 lookups[OffsetQuery.earliest()].append((b, "", why))
                 continue
@@ -81,13 +94,27 @@ class FailoverTranslator:
             if record.strategy is FailoverStrategy.IDENTITY:
                 exact[str(b)] = (pos, a, f"identity from {a}@{pos}")
                 continue
+            fallback = ""
+            if record.strategy is FailoverStrategy.MM2:
+                hit = (
+                    self._syncs.translate(view.name, record.to_cluster, source, pos)
+                    if self._syncs
+                    else None
+                )
+                if hit is not None:
+                    up, down = hit.sync.upstream_offset, hit.sync.downstream_offset
+                    how = f"mm2 from {a}@{pos} by the sync {up} -> {down}"
+                    exact[str(b)] = (hit.offset, a, how)
+                    continue
+                fallback = f"no MM2 offset sync at or before {a}@{pos}, so timestamp: "
             mark = self._marks.at_or_before(view.name, a, pos - 1) if pos > 0 else None
             if mark is None:
                 why = "nothing read yet" if pos == 0 else "no read mark"
-                lookups[OffsetQuery.earliest()].append((b, a, f"{why} on {a}@{pos}: earliest"))
+                how = f"{fallback}{why} on {a}@{pos}: earliest"
+                lookups[OffsetQuery.earliest()].append((b, a, how))
                 continue
             ts = max(mark[1] - record.margin_ms, 0)
-            how = f"time of {a}@{mark[0]} ({mark[1]} ms) - {record.margin_ms} ms margin"
+            how = f"{fallback}time of {a}@{mark[0]} ({mark[1]} ms) - {record.margin_ms} ms margin"
             lookups[OffsetQuery.at_time(ts)].append((b, a, how))
         asks = list(lookups.items())
         try:

@@ -1,9 +1,10 @@
-"""MirrorMaker 2 as a failover translation: its records read as MM2 writes
-them, its topic names, and its offset translation (no wiring yet).
+"""MirrorMaker 2 as a failover translation (the ``mm2`` strategy): its
+records read as MM2 writes them, and its offset translation. Topic names and
+a stream document's ``mm2`` block are in :mod:`multikafka.core.mm2`.
 
 * :mod:`.records`: ``OffsetSync`` and ``Checkpoint``, Kafka's struct encoding;
-* :mod:`.topics`: internal and remote topic names, replication policies;
-* :mod:`.syncs`: the syncs kept per partition and the translation rule.
+* :mod:`.syncs`: the syncs kept per partition and the translation rule;
+* :mod:`.tracker`: the leader's tail of every mirror's offset syncs.
 """
 
 from multikafka.coordinator.translation.mm2.records import (

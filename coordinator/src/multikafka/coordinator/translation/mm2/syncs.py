@@ -92,6 +92,16 @@ class SyncStore:
         else:  # the first, or either topic went back: the older syncs describe other data
             self._syncs[key] = [sync]
 
+    def partitions(self) -> list[tuple[str, int]]:
+        """The source topic-partitions with kept syncs."""
+        return sorted(self._syncs)
+
+    def restore(self, syncs: list[OffsetSync]) -> None:
+        """Take back one partition's kept syncs (newest first), as :meth:`kept`
+        gave them: a summary written by an earlier leader."""
+        if syncs:
+            self._syncs[(syncs[0].topic, syncs[0].partition)] = list(syncs)
+
     def kept(self, topic: str, partition: int) -> tuple[OffsetSync, ...]:
         """The syncs kept for a source topic-partition, newest first."""
         return tuple(self._syncs.get((topic, partition), ()))
@@ -101,9 +111,16 @@ class SyncStore:
         topic's ``partition``) for ``position`` (the next offset to read of
         the source's ``topic``/``partition``), or None when no kept sync is at
         or before it (none at all, or all newer)."""
+        found = self.translate_with(topic, partition, position)
+        return None if found is None else found[0]
+
+    def translate_with(
+        self, topic: str, partition: int, position: int
+    ) -> tuple[int, OffsetSync] | None:
+        """:meth:`translate`, and the sync it used."""
         if position < 0:
             raise ValueError(f"position {position} is negative")
         for s in self._syncs.get((topic, partition), ()):
             if s.upstream_offset <= position:
-                return s.downstream_offset + (0 if position == s.upstream_offset else 1)
+                return s.downstream_offset + (0 if position == s.upstream_offset else 1), s
         return None
