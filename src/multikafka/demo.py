@@ -9,6 +9,18 @@ migrates back (east ACTIVE, west drained). The query never restarts. The
 verification at the end: every record produced was read (lost = 0), and the
 only duplicates are records inside the failover margin.
 
+``--strategy`` picks the mirror and the failover's translation (the rest of
+the story is the same):
+
+* ``timestamp`` (default): west has the same topic and record times;
+* ``identity``: west is an offset-preserving mirror (same topic, offsets);
+  no duplicates;
+* ``mm2``: west is MirrorMaker 2's replica (``multikafka.devstack.mirror``):
+  topic ``east.orders`` at shifted offsets, offset syncs on east every
+  ``offset.lag.max`` (100) records; duplicates at most 100 per partition plus
+  how far the query's position was behind the newest sync when east died
+  (``offset_syncs.read_again``).
+
 ``--no-failover``: both clusters ACTIVE with their own topics; every record
 is read exactly once (lost = 0, duplicated = 0).
 """
@@ -27,7 +39,9 @@ from rich.table import Table
 
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import PreconditionError
-from multikafka.devstack.feed import FENCE_KEY, Feed, create_topics, fence
+from multikafka.devstack.feed import NOT_STREAM_PREFIX, Feed, create_topics, fence
+from multikafka.devstack.mirror import STRATEGIES, MirroredStream, mirrored_stream
+from multikafka.devstack.offset_syncs import read_again
 from multikafka.devstack.processes import EtcdServer, TansuBroker, temp_work_dir
 from multikafka.devstack.spark import local_spark
 from multikafka.devstack.stack import LocalStack, stream_doc
@@ -42,6 +56,11 @@ console = Console()
 PARTITIONS = 3
 TOPIC = "orders"
 MARGIN_MS = 2000
+#: The mm2 mirror's remote topic already held this many records per
+#: partition (an earlier replication): its offsets are east's plus these...
+MM2_SHIFTS = (1200, 3400, 700)
+#: ...plus one per marker, where an exactly-once MM2 commits (every 10 chunks).
+MM2_MARKER_EVERY = 10
 
 
 @dataclass
@@ -55,6 +74,10 @@ class Verification:
     duplicated: int = 0
     #: duplicates the failover margin allows (at-least-once); 0 without failover
     allowed_duplicates: int = 0
+    #: what allows them (printed after the count)
+    allowed_by: str = "the failover margin"
+    #: a line printed after the verification
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -66,8 +89,11 @@ def _keys(spark: SparkSession, sink: Path) -> Any:
 
     if not (sink / "_spark_metadata").exists():
         return None
-    rows = spark.read.schema(SPARK_DDL).parquet(str(sink)).where(F.col("key") != F.lit(FENCE_KEY))
-    return rows.select("cluster", "timestamp", F.col("key").cast("string").alias("k"))
+    rows = spark.read.schema(SPARK_DDL).parquet(str(sink))
+    keys = rows.select(
+        "cluster", "timestamp", "partition", "offset", F.col("key").cast("string").alias("k")
+    )
+    return keys.where(~F.col("k").startswith(NOT_STREAM_PREFIX))
 
 
 def distinct_read(spark: SparkSession, sink: Path) -> int:
@@ -99,13 +125,13 @@ def print_verification(v: Verification, title: str) -> None:
         table.add_row(cluster, f"{n:,}")
     console.print(table)
     status = "[green]OK[/green]" if v.ok else "[red]FAILED[/red]"
-    allowed = (
-        f" (the failover margin allows {v.allowed_duplicates:,})" if v.allowed_duplicates else ""
-    )
+    allowed = f" ({v.allowed_by} allows {v.allowed_duplicates:,})" if v.allowed_duplicates else ""
     console.print(
         f"{status}  produced {v.produced:,}  read {sum(v.read.values()):,}  "
         f"lost = {v.lost:,}  duplicated = {v.duplicated:,}{allowed}"
     )
+    if v.note:
+        console.print(v.note)
 
 
 def start_stack(work_dir: Path, clusters: tuple[str, ...]) -> LocalStack:
@@ -240,10 +266,16 @@ def demo_both_active(records: int, work_dir: Path | None = None) -> Verification
         stack.stop()
 
 
-def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
-    """Fail over east -> west mid-stream, then migrate back west -> east."""
+def demo_failover(
+    records: int, work_dir: Path | None = None, *, strategy: str = "timestamp"
+) -> Verification:
+    """Fail over east -> west mid-stream with ``strategy``, then migrate back
+    west -> east."""
     wd = work_dir or temp_work_dir("multikafka-demo-")
-    console.rule("[bold]multikafka demo: live failover and migration, the query never restarts")
+    console.rule(
+        "[bold]multikafka demo: live failover and migration, the query never restarts"
+        + ("" if strategy == "timestamp" else f" ({strategy} mirror)")
+    )
     with console.status("starting Spark (local[2])"):
         spark = local_spark("multikafka-demo")
     stack = start_stack(wd, ("east", "west"))
@@ -251,26 +283,19 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
     try:
         east_broker = stack.clusters["east"]
         east, west = east_broker.bootstrap, stack.clusters["west"].bootstrap
-        for bs in (east, west):
-            create_topics(bs, {TOPIC: PARTITIONS})
-        admin.put_stream(
-            stream_doc(
-                "orders",
-                {"east": (east, [TOPIC]), "west": (west, [TOPIC])},
-                states={"west": "STANDBY"},
-            )
-        )
-        console.print("stream [bold]orders[/bold]: east ACTIVE, west STANDBY (west mirrors east)")
-        # ~30 s of production, so the story plays out while the query reads.
-        feed = Feed(
-            [east, west],
+        stream = mirrored_stream(
+            strategy,
+            ("east", east),
+            ("west", west),
             TOPIC,
             PARTITIONS,
-            "r",
-            chunk=max(records // 300, 50),
-            pause_s=0.1,
-            limit=records,
+            shifts=MM2_SHIFTS,
+            marker_every=MM2_MARKER_EVERY,
         )
+        admin.put_stream(stream.document("orders"))
+        console.print(_mirror_line(stream))
+        # ~30 s of production, so the story plays out while the query reads.
+        feed = stream.feed("r", chunk=max(records // 300, 50), pause_s=0.1, limit=records)
         query = start_query(spark, stack, wd, max_per_trigger=max(records // 10, 1000))
         run_id = query.runId
         feed.start()
@@ -281,15 +306,15 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
                 # The mirror keeps receiving; east is gone.
                 phase.killed_at_seq = feed.route([west])
                 east_broker.process.kill()
-                console.log(
-                    "[red]east killed[/red]; failing over to west (timestamp strategy, margin 2s)"
-                )
+                phase.killed_at = time.time()
+                margin = "" if strategy == "identity" else f", margin {MARGIN_MS // 1000}s"
+                console.log(f"[red]east killed[/red]; failing over to west ({strategy}{margin})")
                 admin.failover(
                     "orders",
                     "east",
                     "west",
-                    strategy="timestamp",
-                    margin_ms=MARGIN_MS,
+                    strategy=strategy,
+                    margin_ms=None if strategy == "identity" else MARGIN_MS,
                     reason="demo: east died",
                 )
                 phase.move(1, "east FAILED, reading west")
@@ -307,7 +332,7 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
                 except PreconditionError:
                     return phase.note  # the coordinator says: not yet
                 feed.route([east])
-                fence(west, TOPIC, PARTITIONS)  # tansu: make west's end offsets exact
+                fence(west, stream.mirror_topic, PARTITIONS)  # tansu: west's end offsets exact
                 admin.drain("orders", "west")
                 phase.move(3, "reading east again, west DRAINING")
             elif phase.n == 3 and not feed.is_alive():
@@ -321,9 +346,7 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
         feed.stop()
         with console.status("verifying the sink"):
             result = verify(spark, wd / "sink", {"r": records})
-            result.allowed_duplicates = _margin_window(
-                spark, wd / "sink", feed, phase.killed_at_seq
-            )
+            _allow_duplicates(result, spark, wd / "sink", stream, feed, phase, admin)
         _print_history(admin)
         print_verification(result, "rows read per cluster (one query, never restarted)")
         return result
@@ -333,12 +356,79 @@ def demo_failover(records: int, work_dir: Path | None = None) -> Verification:
         stack.stop()
 
 
+def _mirror_line(stream: MirroredStream) -> str:
+    line = "stream [bold]orders[/bold]: east ACTIVE, west STANDBY "
+    if stream.copy is None:
+        same = "offsets" if stream.strategy == "identity" else "record times"
+        return line + f"(west mirrors east: the same topic, the same {same})"
+    shifts = ", ".join(f"+{n:,}" for n in stream.copy.shifts)
+    return line + (
+        f"(MirrorMaker 2's replica: topic {stream.mirror_topic}, offsets shifted {shifts} "
+        f"and growing; offset syncs in {stream.copy.syncs_topic} on east, "
+        f"offset.lag.max {stream.copy.offset_lag_max})"
+    )
+
+
+def _allow_duplicates(
+    result: Verification,
+    spark: SparkSession,
+    sink: Path,
+    stream: MirroredStream,
+    feed: Feed,
+    phase: Phase,
+    admin: AdminClient,
+) -> None:
+    """What the failover may read twice: the margin's records (timestamp),
+    none (identity), or what MM2's rule re-reads with the syncs written
+    (mm2), plus the margin's where the coordinator fell back to timestamp."""
+    if stream.strategy == "identity":
+        return
+    killed_at_seq = phase.killed_at_seq
+    window = _margin_window(spark, sink, feed, killed_at_seq)
+    if stream.copy is None:
+        result.allowed_duplicates = window
+        return
+    # The query's position on each of east's partitions when it died: one
+    # past the last record it read there (records sent before the cut).
+    east = _keys(spark, sink).where("cluster = 'east'").select("partition", "offset", "k").collect()
+    positions: dict[tuple[str, int], int] = {}
+    for r in east:
+        if int(r["k"].split(":")[1]) < killed_at_seq:
+            tp = (TOPIC, int(r["partition"]))
+            positions[tp] = max(positions.get(tp, 0), int(r["offset"]) + 1)
+    copy = stream.copy
+    again = read_again(
+        copy.syncs,
+        positions,
+        copy.offset_lag_max,
+        surely_known=copy.known_by(phase.killed_at),
+    )
+    fell_back = any(
+        e.kind == "translated" and "so timestamp" in e.detail for e in admin.history("orders")
+    )
+    result.allowed_duplicates = again.bound + (window if fell_back or again.unsynced else 0)
+    result.allowed_by = "mm2"
+    result.note = (
+        f"mm2 allows offset.lag.max ({copy.offset_lag_max}) per partition plus the distance "
+        f"between each position and the newest sync the coordinator may have read "
+        f"({len(copy.syncs)} syncs written); with every sync, MM2's rule reads "
+        f"{again.expected:,} again"
+        + (
+            "; splits that fell back to timestamp: the margin's records"
+            if fell_back or again.unsynced
+            else ""
+        )
+    )
+
+
 @dataclass
 class Phase:
     n: int
     note: str
     #: records produced when east died (those below were on east)
     killed_at_seq: int = 0
+    #: when (``time.time()``)
+    killed_at: float = 0.0
 
     def move(self, n: int, note: str) -> None:
         self.n, self.note = n, note
@@ -365,9 +455,16 @@ def _print_history(admin: AdminClient) -> None:
 
 
 def run_demo(
-    records: int = 150_000, *, failover: bool = True, work_dir: Path | None = None
+    records: int = 150_000,
+    *,
+    failover: bool = True,
+    strategy: str = "timestamp",
+    work_dir: Path | None = None,
 ) -> Verification:
-    """Run the demo; ``failover`` adds the live failover and migration story."""
+    """Run the demo; ``failover`` adds the live failover and migration story,
+    with ``strategy`` (one of :data:`STRATEGIES`)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     if failover:
-        return demo_failover(records, work_dir)
+        return demo_failover(records, work_dir, strategy=strategy)
     return demo_both_active(records, work_dir)

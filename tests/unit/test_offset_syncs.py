@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multikafka.coordinator.translation.mm2 import OffsetSync, SyncStore
-from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX, OffsetSyncWriter
+from multikafka.devstack.offset_syncs import (
+    OFFSET_LAG_MAX,
+    OffsetSyncWriter,
+    ReadAgain,
+    read_again,
+)
 
 
 def synced_upstreams(writer: OffsetSyncWriter, pairs: list[tuple[int, int]]) -> list[int]:
@@ -97,6 +102,35 @@ def test_a_negative_lag_is_refused() -> None:
         OffsetSyncWriter(offset_lag_max=-1)
 
 
+def test_read_again_counts_what_the_translation_reads_twice() -> None:
+    syncs = [
+        OffsetSync("orders", 0, 0, 10),
+        OffsetSync("orders", 0, 101, 111),
+        OffsetSync("orders", 0, 202, 212),
+        OffsetSync("orders", 1, 0, 0),
+        OffsetSync("orders", 2, 5, 7),
+    ]
+    positions = {("orders", 0): 150, ("orders", 1): 0, ("orders", 2): 3}
+    # partition 0: from the sync of 101 (one past it), 102..149 again: 48,
+    # bound 100 + 52 behind the newest; partition 1: exactly at its sync,
+    # nothing again, bound 100; partition 2: no sync at or below 3
+    assert read_again(syncs, positions, 100) == ReadAgain(48, 252, (("orders", 2),))
+
+
+def test_read_again_allows_for_syncs_the_coordinator_may_not_have_read() -> None:
+    syncs = [OffsetSync("orders", 0, 0, 10), OffsetSync("orders", 0, 101, 111)] + [
+        OffsetSync("orders", 0, 101 * k, 101 * k + 10) for k in range(2, 6)
+    ]
+    # known for sure: up to 101; maybe up to 505. Position 450: from the
+    # sync of 404 if all are known (45 again); from 101's if only those two
+    # are (348 again): the bound is 100 + 349, the farther of 101 and 505
+    again = read_again(syncs, {("orders", 0): 450}, 100, surely_known=2)
+    assert again == ReadAgain(45, 449)
+    assert again.bound >= 450 - 101 - 1
+    # a partition with no sync known for sure may fall back to timestamp
+    assert read_again(syncs, {("orders", 0): 450}, 100, surely_known=0).unsynced == (("orders", 0),)
+
+
 def newest_at_or_below(syncs: list[OffsetSync], position: int) -> int:
     """MM2's rule over every sync written (no sync forgotten)."""
     s = max((s for s in syncs if s.upstream_offset <= position), key=lambda s: s.upstream_offset)
@@ -119,7 +153,9 @@ def test_a_failover_reads_at_most_offset_lag_max_records_again(
     # rule over every sync) to at most the copy of record p (nothing
     # skipped) and reads at most ``lag`` records again. The coordinator's
     # SyncStore, which forgets syncs far behind the newest as MM2's
-    # OffsetSyncStore does, gives the same from the second newest sync on.
+    # OffsetSyncStore does, gives the same from the second newest sync on,
+    # and further back at most as many more as the position is behind the
+    # newest sync.
     writer = OffsetSyncWriter(offset_lag_max=lag)
     store = SyncStore()
     syncs: list[OffsetSync] = []
@@ -140,3 +176,9 @@ def test_a_failover_reads_at_most_offset_lag_max_records_again(
         assert sum(1 for up in range(p) if copy_of[up] >= start) <= lag
         if p >= second_newest:
             assert store.translate("orders", 0, p) == start
+        # further back, what the store forgot costs at most the distance to the newest sync
+        kept = store.translate("orders", 0, p)
+        assert kept is not None
+        assert kept <= start
+        behind = max(syncs[-1].upstream_offset - p, 0)
+        assert sum(1 for up in range(p) if copy_of[up] >= kept) <= lag + behind

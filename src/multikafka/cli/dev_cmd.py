@@ -14,6 +14,7 @@ from rich.table import Table
 
 from multikafka.core.kafka_log import LOGGER_NAME
 from multikafka.demo import run_demo
+from multikafka.devstack.mirror import STRATEGIES
 from multikafka.devstack.stack import local_stack
 
 console = Console()
@@ -61,7 +62,15 @@ def dev_up(clusters: str, listen: str, etcd_port: int, metrics_listen: str) -> N
 @click.option(
     "--failover/--no-failover", default=True, help="include the live failover and migration"
 )
-def demo_command(records: int, failover: bool) -> None:
+@click.option(
+    "--strategy",
+    type=click.Choice(STRATEGIES),
+    default="timestamp",
+    show_default=True,
+    help="the mirror and the failover's translation: same topic and record times (timestamp), "
+    "same offsets (identity), or MirrorMaker 2's replica with shifted offsets and offset syncs (mm2)",
+)
+def demo_command(records: int, failover: bool, strategy: str) -> None:
     """Run the main job end to end on the embedded default stack."""
     # The demo prints the coordinator's history at the end; keep its INFO
     # lines from interleaving with the progress bars (--log-level overrides).
@@ -73,5 +82,5 @@ def demo_command(records: int, failover: bool) -> None:
         # FAILED) are no news here; its errors still show.
         logging.getLogger(LOGGER_NAME).setLevel(logging.ERROR)
 
-    result = run_demo(records, failover=failover)
+    result = run_demo(records, failover=failover, strategy=strategy)
     sys.exit(0 if result.ok else 1)

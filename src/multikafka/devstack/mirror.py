@@ -32,11 +32,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Producer
 
 from multikafka.coordinator.translation.mm2.records import OffsetSync
+from multikafka.core.mm2 import ReplicationPolicy, offset_syncs_topic, remote_topic
 from multikafka.devstack.feed import (
+    Feed,
     SequenceProducer,
     client_log,
     create_topics,
@@ -44,7 +47,12 @@ from multikafka.devstack.feed import (
     offsets_into,
 )
 from multikafka.devstack.offset_syncs import COMMIT_INTERVAL_S, OFFSET_LAG_MAX, OffsetSyncWriter
+from multikafka.devstack.stack import stream_doc
 
+#: How long until the coordinator surely read a sync: its leader reads the
+#: offset syncs every second (``MirrorSyncs``' poll interval), and a read of
+#: a few records takes well under another.
+TAIL_S = 2.0
 #: Records the remote topic held before the copy started.
 EARLIER_KEY = b"__earlier__"
 #: A record where an exactly-once MM2's transaction marker would take an offset.
@@ -79,8 +87,10 @@ class Mm2Copy:
     offset_lag_max: int = OFFSET_LAG_MAX
     #: How often delayed syncs are written (MM2: ``offset.flush.interval.ms``).
     commit_interval_s: float = COMMIT_INTERVAL_S
-    #: Every sync written, in order.
+    #: Every sync written, in order...
     syncs: list[OffsetSync] = field(default_factory=list)
+    #: ...and when (``time.time()``, once the source acknowledged it).
+    synced_at: list[float] = field(default_factory=list)
     _writer: OffsetSyncWriter = field(init=False)
     _copies: SequenceProducer | None = field(default=None, init=False)
     _sync_producer: Producer | None = field(default=None, init=False)
@@ -162,6 +172,12 @@ class Mm2Copy:
         if left:
             raise TimeoutError(f"{left} offset syncs not delivered in 30s")
         self.syncs.extend(syncs)
+        self.synced_at.extend([time.time()] * len(syncs))
+
+    def known_by(self, when: float, tail_s: float = TAIL_S) -> int:
+        """How many syncs a coordinator surely read by ``when``
+        (``time.time()``): those written ``tail_s`` before."""
+        return sum(1 for t in self.synced_at if t <= when - tail_s)
 
     def fence(self, partitions: int) -> None:
         """Fence the remote topic (tansu's watermarks; not a copied record)."""
@@ -174,3 +190,90 @@ class Mm2Copy:
         if self._sync_producer is not None:
             self._sync_producer.flush(5)
             self._sync_producer = None
+
+
+#: Failover strategies a :class:`MirroredStream` can be set up for.
+STRATEGIES = ("timestamp", "identity", "mm2")
+
+
+@dataclass
+class MirroredStream:
+    """A topic on a source cluster and its mirror, set up for a failover
+    ``strategy`` (:func:`mirrored_stream`): ``timestamp`` and ``identity``,
+    a mirror with the same topic, offsets and record times (the feed writes
+    both); ``mm2``, MM2's default replication (remote topic
+    ``<source_id>.<topic>``, shifted offsets, offset syncs on the source named
+    for the mirror's id, :class:`Mm2Copy`)."""
+
+    strategy: str
+    source_id: str
+    source: str
+    mirror_id: str
+    mirror: str
+    topic: str
+    partitions: int
+    copy: Mm2Copy | None = None
+
+    @property
+    def mirror_topic(self) -> str:
+        return self.copy.topic if self.copy is not None else self.topic
+
+    def document(self, name: str, **extra: Any) -> dict[str, Any]:
+        """The stream document: the source ACTIVE, the mirror STANDBY (with
+        its ``mm2`` block for ``mm2``)."""
+        doc = stream_doc(
+            name,
+            {
+                self.source_id: (self.source, [self.topic]),
+                self.mirror_id: (self.mirror, [self.mirror_topic]),
+            },
+            states={self.mirror_id: "STANDBY"},
+            **extra,
+        )
+        if self.copy is not None:
+            doc["clusters"][self.mirror_id]["mm2"] = {"source": self.source_id}
+        return doc
+
+    def feed(self, label: str, **options: Any) -> Feed:
+        """A feed of this topic (``Feed``'s options): it writes the source and
+        the mirror, or the source with the mirror copying (``mm2``)."""
+        targets = [self.source] if self.copy is not None else [self.source, self.mirror]
+        return Feed(targets, self.topic, self.partitions, label, mirror=self.copy, **options)
+
+
+def mirrored_stream(
+    strategy: str,
+    source: tuple[str, str],
+    mirror: tuple[str, str],
+    topic: str,
+    partitions: int,
+    *,
+    shifts: Sequence[int] = (),
+    marker_every: int = 0,
+    offset_lag_max: int = OFFSET_LAG_MAX,
+) -> MirroredStream:
+    """Create the topics of a :class:`MirroredStream`; ``source`` and
+    ``mirror`` are (cluster id, bootstrap). ``shifts``, ``marker_every`` and
+    ``offset_lag_max``: the ``mm2`` mirror's (:class:`Mm2Copy`)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    (source_id, source_bs), (mirror_id, mirror_bs) = source, mirror
+    create_topics(source_bs, {topic: partitions})
+    copy = None
+    if strategy == "mm2":
+        copy = Mm2Copy(
+            source_bs,
+            mirror_bs,
+            remote_topic(ReplicationPolicy.DEFAULT, source_id, topic),
+            syncs_cluster=source_bs,
+            syncs_topic=offset_syncs_topic(mirror_id),
+            shifts=shifts,
+            marker_every=marker_every,
+            offset_lag_max=offset_lag_max,
+        )
+        copy.prepare(partitions)
+    else:
+        create_topics(mirror_bs, {topic: partitions})
+    return MirroredStream(
+        strategy, source_id, source_bs, mirror_id, mirror_bs, topic, partitions, copy
+    )
