@@ -450,7 +450,9 @@ def _print_history(admin: AdminClient) -> None:
         if e.kind in ("retired",):
             continue
         when = time.strftime("%H:%M:%S", time.localtime(e.time_ms / 1000))
-        table.add_row(when, e.kind, e.cluster, e.detail[:110])
+        # a failover says in full what it translates with; the rest is cut short
+        detail = e.detail if "failover" in e.kind else e.detail[:110]
+        table.add_row(when, e.kind, e.cluster, detail)
     console.print(table)
 
 

@@ -119,8 +119,9 @@ class ReadAgain:
     #: ``offset_lag_max`` plus the distance between the position and the
     #: partition's newest known sync.
     bound: int
-    #: (topic, partition) with no sync at or below the position: no MM2
-    #: translation (the failover falls back to ``timestamp``).
+    #: (topic, partition) with no sync at or below the position the
+    #: coordinator surely knew: it may fall back to ``timestamp`` there (not
+    #: in ``bound``).
     unsynced: tuple[tuple[str, int], ...] = ()
 
 
@@ -157,10 +158,11 @@ def read_again(
     unsynced = []
     for (topic, partition), p in sorted(positions.items()):
         found = store.translate_with(topic, partition, p)
+        if found is not None:
+            expected += max(p - found[1].upstream_offset - 1, 0)
         if found is None or early.translate(topic, partition, p) is None:
             unsynced.append((topic, partition))
             continue
-        expected += max(p - found[1].upstream_offset - 1, 0)
         newest = [
             k[0].upstream_offset
             for k in (store.kept(topic, partition), early.kept(topic, partition))
