@@ -75,6 +75,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.reconcile_latency
 	$(PY) -m benchmarks.leaks
 	$(PY) -m benchmarks.failover_gap
+	$(PY) -m benchmarks.failover_precision
 	$(PY) -m benchmarks.takeover
 	$(PY) -m benchmarks.footprint
 	$(PY) -m benchmarks.spark_env

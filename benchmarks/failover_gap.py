@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +46,11 @@ from benchmarks._common import (
     write_json,
 )
 from multikafka.core.admin_client import AdminClient
-from multikafka.devstack.feed import Feed, create_topics, sequence_report
+from multikafka.devstack.feed import is_stream_key, sequence_report
+from multikafka.devstack.mirror import Mm2Copy, mirrored_stream
+from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX, read_again
 from multikafka.devstack.spark import local_spark
-from multikafka.devstack.stack import LocalStack, local_stack, stream_doc
+from multikafka.devstack.stack import LocalStack, local_stack
 
 MARGIN_MS = 1000
 
@@ -59,23 +63,27 @@ class Run:
     keys: list[str] = field(default_factory=list)
     #: sequence numbers read from the primary
     from_primary: list[int] = field(default_factory=list)
+    #: partition -> one past the last offset read from the primary
+    primary_positions: dict[int, int] = field(default_factory=dict)
     killed_at: float = 0.0
     failover_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def on_batch(self, df: Any, batch_id: int) -> None:
-        rows = (
-            df.selectExpr("cluster", "cast(key as string) as k")
-            .where("k not like '__fence__%'")
-            .collect()
-        )
+        rows = df.selectExpr("cluster", "partition", "offset", "cast(key as string) as k").collect()
         counts: dict[str, int] = {}
         with self.lock:
             for r in rows:
+                if not is_stream_key(r["k"]):
+                    continue
                 counts[r["cluster"]] = counts.get(r["cluster"], 0) + 1
                 self.keys.append(r["k"])
                 if r["cluster"] == "primary":
                     self.from_primary.append(int(r["k"].split(":")[1]))
+                    p = int(r["partition"])
+                    self.primary_positions[p] = max(
+                        self.primary_positions.get(p, 0), int(r["offset"]) + 1
+                    )
             self.batches.append((time.time(), counts))
 
     def rows_from(self, cluster: str) -> int:
@@ -95,26 +103,42 @@ class Run:
 
 
 def one_run(
-    spark: Any, stack: LocalStack, admin: AdminClient, i: int, mode: str
+    spark: Any,
+    stack: LocalStack,
+    admin: AdminClient,
+    i: int,
+    mode: str,
+    *,
+    strategy: str = "timestamp",
+    margin_ms: int = MARGIN_MS,
+    offset_lag_max: int = OFFSET_LAG_MAX,
+    min_rows: int = 3000,
 ) -> tuple[Run, dict[str, Any]]:
+    """One failover of a fresh primary (killed) to the mirror cluster with
+    ``strategy`` (``mm2``: an MM2-format mirror with ``offset_lag_max``),
+    once the query read ``min_rows`` from the primary and caught up."""
     primary = stack.add_cluster(f"primary{i}")
     mirror = stack.clusters["mirror"]
-    topic = f"gap{i}"
-    for bs in (primary.bootstrap, mirror.bootstrap):
-        create_topics(bs, {topic: 2})
-    name = f"gap-{mode}-{i}"
-    doc = stream_doc(
-        name,
-        {"primary": (primary.bootstrap, [topic]), "mirror": (mirror.bootstrap, [topic])},
-        states={"mirror": "STANDBY"},
+    stream = mirrored_stream(
+        strategy,
+        ("primary", primary.bootstrap),
+        ("mirror", mirror.bootstrap),
+        f"gap{i}",
+        2,
+        shifts=(1000 + 100 * i, 300),
+        marker_every=10,
+        offset_lag_max=offset_lag_max,
     )
+    name = f"gap-{mode}-{i}"
+    extra: dict[str, Any] = {}
     if mode == "automatic":
-        doc["auto_failover"] = {
+        extra["auto_failover"] = {
             "standby": "mirror",
             "unreachable_after": "2s",
-            "margin_ms": MARGIN_MS,
+            "strategy": strategy,
+            "margin_ms": margin_ms,
         }
-    admin.put_stream(doc)
+    admin.put_stream(stream.document(name, **extra))
     run = Run(mode)
     query = (
         spark.readStream.format("multikafka")
@@ -127,11 +151,13 @@ def one_run(
         .trigger(processingTime="100 milliseconds")
         .start()
     )
-    feed = Feed([primary.bootstrap, mirror.bootstrap], topic, 2, "r", chunk=100, pause_s=0.05)
+    feed = stream.feed("r", chunk=100, pause_s=0.05)
     feed.start()
     try:
         wait_until(
-            lambda: run.rows_from("primary") > 3000 and run.caught_up("primary"),
+            lambda: (
+                _alive(query) and run.rows_from("primary") > min_rows and run.caught_up("primary")
+            ),
             120,
             "the query catching up with the primary",
             0.02,
@@ -141,8 +167,19 @@ def one_run(
         run.killed_at = time.time()
         if mode == "admin":
             run.failover_at = time.time()
-            admin.failover(name, "primary", "mirror", strategy="timestamp", margin_ms=MARGIN_MS)
-        wait_until(lambda: run.rows_from("mirror") > 0, 120, "a record from the mirror", 0.02)
+            admin.failover(
+                name,
+                "primary",
+                "mirror",
+                strategy=strategy,
+                margin_ms=None if strategy == "identity" else margin_ms,
+            )
+        wait_until(
+            lambda: _alive(query) and run.rows_from("mirror") > 0,
+            120,
+            "a record from the mirror",
+            0.02,
+        )
         time.sleep(3)
         total = feed.stop()
         wait_until(
@@ -155,9 +192,10 @@ def one_run(
         query.stop()
     start = run.failover_at if mode == "admin" else run.killed_at
     missing, duplicated = sequence_report(run.keys, {"r": total})
-    window = feed.margin_window(run.from_primary, cut, MARGIN_MS)
+    window = feed.margin_window(run.from_primary, cut, margin_ms)
     result = {
         "mode": mode,
+        "strategy": strategy,
         "gap_s": run.first_from("mirror") - start,
         "kill_to_first_mirror_row_s": run.first_from("mirror") - run.killed_at,
         "records": total,
@@ -168,7 +206,65 @@ def one_run(
             1 for k in duplicated if int(k.split(":")[1]) not in window
         ),
     }
+    if stream.copy is not None:
+        result.update(_mm2_expectation(stream.copy, stream.topic, run, admin.history(name)))
+    # Runs share the coordinator: a finished run's stream would keep it busy.
+    admin.delete_stream(name)
     return run, result
+
+
+def _alive(query: Any) -> bool:
+    """True while the query runs; its error, raised, once it failed."""
+    error = query.exception()
+    if error is not None:
+        raise RuntimeError(f"the query failed: {error}")
+    return True
+
+
+#: A translated history entry of an mm2 failover.
+_MM2_TRANSLATED = re.compile(r"mm2 from [^@]+/(\d+)@(\d+) by the sync (\d+) -> \d+")
+
+
+def _mm2_expectation(copy: Mm2Copy, topic: str, run: Run, history: Sequence[Any]) -> dict[str, Any]:
+    """What MM2's rule reads again at the primary's last positions, with
+    every sync written, and at most (``offset_syncs.read_again``); and per
+    partition which sync the coordinator used, against the newest written at
+    or below the position (and how long before the kill that was written)."""
+    positions = {(topic, p): o for p, o in run.primary_positions.items()}
+    again = read_again(
+        copy.syncs, positions, copy.offset_lag_max, surely_known=copy.known_by(run.killed_at)
+    )
+    used = []
+    for e in history:
+        m = _MM2_TRANSLATED.search(e.detail) if e.kind == "translated" else None
+        if m is None:
+            continue
+        partition, position, up = (int(g) for g in m.groups())
+        below = [
+            (s.upstream_offset, t)
+            for s, t in zip(copy.syncs, copy.synced_at, strict=True)
+            if s.partition == partition and s.upstream_offset <= position
+        ]
+        newest, written = max(below) if below else (None, None)
+        used.append(
+            {
+                "partition": partition,
+                "position": position,
+                "sync_used": up,
+                "newest_sync_at_or_below": newest,
+                "newest_written_s_before_kill": None
+                if written is None
+                else round(run.killed_at - written, 3),
+            }
+        )
+    return {
+        "offset_lag_max": copy.offset_lag_max,
+        "syncs_written": len(copy.syncs),
+        "expected_with_every_sync": again.expected,
+        "bound": again.bound,
+        "unsynced_partitions": len(again.unsynced),
+        "translations": used,
+    }
 
 
 def plot(run: Run, path: Path) -> None:

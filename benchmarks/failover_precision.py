@@ -1,0 +1,193 @@
+"""Failover precision: how many records a failover reads twice, per
+translation strategy, and how long the query waits for the new cluster.
+
+    python -m benchmarks.failover_precision [--repeat 3] [--out docs]
+
+Each run is ``failover_gap``'s admin run (``failover_gap.one_run``): a
+primary and its mirror (STANDBY), a continuous feed (2 partitions, about
+2,000 records/s), a Spark query (100 ms trigger) writing through
+``foreachBatch``; once the query has read 10,000 records and caught up
+(its last 5 micro-batches each held at most 1,000), the primary is killed and
+``Failover`` is called with the strategy. The mirror, per strategy
+(``multikafka.devstack.mirror``):
+
+* ``timestamp`` (2 s margin): the same topic and record times;
+* ``mm2`` with ``offset.lag.max`` 100 (MM2's default) and 1,000: MM2's
+  replica, remote topic ``primary.<topic>`` at shifted offsets, offset syncs
+  on the primary as MM2's ``OffsetSyncWriter`` writes them;
+* ``identity``: the same topic and offsets.
+
+Reported per run: records read twice, the gap (failover call -> first mirror
+row in the sink), lost records (must be 0: the run exits non-zero
+otherwise, and when duplicates exceed what the strategy allows: the margin's
+records, ``read_again``'s bound, none). Writes
+``benchmarks/out/failover_precision.json`` and
+``<out>/img/failover_precision.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+from benchmarks._common import (
+    bars_with_range,
+    console,
+    finish,
+    machine,
+    progress_bar,
+    quiet_logs,
+    summary,
+)
+from benchmarks.failover_gap import one_run
+from multikafka.core.admin_client import AdminClient
+from multikafka.devstack.spark import local_spark
+from multikafka.devstack.stack import local_stack
+
+MARGIN_MS = 2000
+#: Records read from the primary before it dies (about 5 s of the feed):
+#: every strategy then fails over from a steady state, with syncs older than
+#: the coordinator's tail interval.
+MIN_ROWS = 10_000
+
+#: (label, strategy, offset.lag.max of the mm2 mirror)
+CASES = [
+    ("timestamp 2 s", "timestamp", 0),
+    ("mm2 lag 100", "mm2", 100),
+    ("mm2 lag 1,000", "mm2", 1000),
+    ("identity", "identity", 0),
+]
+
+
+def allowed(result: dict[str, Any]) -> bool:
+    """Duplicates within what the strategy allows."""
+    if result["strategy"] == "identity":
+        return bool(result["duplicates"] == 0)
+    if result["strategy"] == "mm2" and not result["unsynced_partitions"]:
+        return bool(result["duplicates"] <= result["bound"])
+    return bool(result["duplicates_outside_margin"] == 0)
+
+
+def _mm2_line(result: dict[str, Any]) -> str:
+    """What MM2's rule gives with every sync, the bound, and how far behind
+    the newest sync at or below each position the coordinator's was."""
+    behind = [t["position"] - t["sync_used"] for t in result["translations"]]
+    missed = [
+        t["newest_sync_at_or_below"] - t["sync_used"]
+        for t in result["translations"]
+        if t["newest_sync_at_or_below"] is not None
+    ]
+    return (
+        f" (with every sync MM2's rule: {result['expected_with_every_sync']:,},"
+        f" bound {result['bound']:,}; positions past the sync used: {behind},"
+        f" newer syncs at or below them it did not use: {missed})"
+    )
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [c[0] for c in CASES]
+    per_case = result["summary"]
+    colors = ["tab:orange", "tab:blue", "tab:cyan", "tab:green"]
+    fig, (dup, gap) = plt.subplots(1, 2, figsize=(10, 3.8))
+    # log scale: identity's 0 is drawn at 0.5
+    dups = [
+        {k: max(v, 0.5) for k, v in per_case[c]["duplicates"].items() if k != "n"} for c in labels
+    ]
+    bars_with_range(
+        dup, labels, dups, label="records read twice per failover", colors=colors, log=True
+    )
+    dup.set_title("duplicates (0 lost in every run)")
+    bars_with_range(
+        gap, labels, [per_case[c]["gap_s"] for c in labels], label="seconds", colors=colors
+    )
+    gap.set_title("failover call -> first mirror row")
+    for ax in (dup, gap):
+        ax.tick_params(axis="x", labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
+    args = parser.parse_args()
+    quiet_logs()
+    with console.status("starting Spark"):
+        spark = local_spark("failover-precision")
+    runs: list[dict[str, Any]] = []
+    with ExitStack() as cleanup:
+        cleanup.callback(spark.stop)
+        with console.status("starting etcd, mirror cluster, coordinator"):
+            stack = cleanup.enter_context(
+                local_stack(
+                    ("mirror",),
+                    discovery_interval_s=0.5,
+                    cluster_timeout_s=1.0,
+                    unreachable_backoff_s=0.5,
+                )
+            )
+        admin = cleanup.enter_context(AdminClient(stack.coordinator_address))
+        order = [case for _ in range(args.repeat) for case in CASES]  # alternating
+        with progress_bar() as progress:
+            task = progress.add_task("failovers", total=len(order), note="")
+            for i, (label, strategy, lag) in enumerate(order):
+                progress.update(task, note=label)
+                _, result = one_run(
+                    spark,
+                    stack,
+                    admin,
+                    i,
+                    "admin",
+                    strategy=strategy,
+                    margin_ms=MARGIN_MS,
+                    offset_lag_max=lag or 100,
+                    min_rows=MIN_ROWS,
+                )
+                result["case"] = label
+                result["within_allowed"] = allowed(result)
+                runs.append(result)
+                progress.console.print(
+                    f"{label:>14}: lost {result['lost']}, duplicates {result['duplicates']:,}"
+                    + (_mm2_line(result) if strategy == "mm2" else "")
+                    + f", gap {result['gap_s']:.2f} s"
+                )
+                progress.advance(task)
+    per_case = {
+        label: {
+            "duplicates": summary([r["duplicates"] for r in runs if r["case"] == label]),
+            "gap_s": summary([r["gap_s"] for r in runs if r["case"] == label]),
+            "lost": sum(r["lost"] for r in runs if r["case"] == label),
+            "records": summary([r["records"] for r in runs if r["case"] == label]),
+            "all_within_allowed": all(r["within_allowed"] for r in runs if r["case"] == label),
+        }
+        for label, _, _ in CASES
+    }
+    json_path, png = finish(
+        "failover_precision",
+        {"machine": machine(), "margin_ms": MARGIN_MS, "runs": runs, "summary": per_case},
+        args.out,
+        plot,
+    )
+    console.print(per_case)
+    console.print(f"wrote {json_path} and {png}")
+    lost = sum(r["lost"] for r in runs)
+    over = [r["case"] for r in runs if not r["within_allowed"]]
+    if lost or over:
+        console.print(f"[red]FAILED[/red]: {lost} records lost; over what is allowed: {over}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
