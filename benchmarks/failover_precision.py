@@ -107,7 +107,12 @@ def plot(result: dict[str, Any], path: Path) -> None:
     bars_with_range(
         dup, labels, dups, label="records read twice per failover", colors=colors, log=True
     )
-    dup.set_title("duplicates (0 lost in every run)")
+    for x, label in enumerate(labels):  # each run, and (mm2) MM2's rule with every sync
+        mine = [r for r in result["runs"] if r["case"] == label]
+        dup.scatter([x] * len(mine), [max(r["duplicates"], 0.5) for r in mine], color="black", s=12)
+        every = [max(r["expected_with_every_sync"], 0.5) for r in mine if "bound" in r]
+        dup.scatter([x + 0.2] * len(every), every, facecolors="none", edgecolors="black", s=24)
+    dup.set_title("read twice (dots: runs; rings: mm2 with every sync read)", fontsize=9)
     bars_with_range(
         gap, labels, [per_case[c]["gap_s"] for c in labels], label="seconds", colors=colors
     )
