@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from multikafka.coordinator.translation.mm2 import OffsetSync
+from multikafka.coordinator.translation.mm2 import Checkpoint, OffsetSync
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import FailoverStrategy, SplitId
+from multikafka.core.offsets import as_offsets
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
@@ -158,7 +159,7 @@ async def test_a_new_leader_translates_with_the_summary_and_reads_on(mirrored: P
     # read are not taken again (an older sync would reset the partition).
     mirrored.kafka.cluster(A).down = False
     write_syncs(mirrored, sync(0, 30, 140))
-    mirrored.discovery.client("s", "a").client._read_at.clear()  # type: ignore[union-attr]
+    mirrored.discovery.client("s", "a").client.read_at.clear()  # type: ignore[union-attr]
     await successor.poll()
     assert successor.translate("s", "b", SplitId("a", "t", 0), 30) == (
         140,
@@ -222,3 +223,63 @@ async def test_sync_age_and_upstream_lag_per_partition(mirrored: Parts) -> None:
     assert mirrored.sample("multikafka_mm2_upstream_lag_records", **labels, partition="0") is None
     assert mirrored.sample("multikafka_mm2_sync_age_seconds", **labels, partition="0") is None
     assert await mirrored.etcd.get("/t/mm2-syncs/s") is None
+
+
+def write_checkpoint(parts: Parts, cp: Checkpoint) -> None:
+    key, value = cp.encode()
+    parts.kafka.cluster(B).append_internal("a.checkpoints.internal", key, value)
+
+
+async def test_without_a_sync_a_query_s_group_checkpoint_translates(mirrored: Parts) -> None:
+    # MM2's checkpoint of group g for the mirror's partition 1 (which has no
+    # sync): g's offset 3 on the source is 103 on the mirror. Another group's
+    # and another topic's checkpoints are not the query's.
+    write_checkpoint(mirrored, Checkpoint("g", "a.t", 1, 3, 103))
+    write_checkpoint(mirrored, Checkpoint("other", "a.t", 1, 5, 105))
+    write_checkpoint(mirrored, Checkpoint("g", "a.elsewhere", 1, 5, 999))
+    await mirrored.duties.syncs.poll()
+    await mirrored.lifecycle.failover("s", "a", "b", strategy=FailoverStrategy.MM2)
+    view = mirrored.store.get("s")
+    record = view.status.failover_into("b")
+    assert record is not None
+    start = {"a/t/0": 20, "a/t/1": 5}
+    splits = [SplitId("b", "a.t", 0), SplitId("b", "a.t", 1)]
+    entry, notes = await mirrored.translator.translate(
+        view, record, splits, start, {}, group_id="g"
+    )
+    how = {n.split: n.how for n in notes}
+    assert entry == {"b/a.t/0": 125, "b/a.t/1": 103}  # the sync first, where there is one
+    assert how["b/a.t/1"] == "mm2 from a/t/1@5 by group g's checkpoint 3 -> 103"
+    # A checkpoint past the query's position (the group committed further,
+    # or the query restarted from an older Spark checkpoint) is not used:
+    # it could skip records the query did not read.
+    entry, notes = await mirrored.translator.translate(
+        view, record, splits, {"a/t/0": 20, "a/t/1": 2}, {}, group_id="g"
+    )
+    assert entry["b/a.t/1"] == 0
+    assert "no MM2 offset sync" in {n.split: n.how for n in notes}["b/a.t/1"]
+    # Without a group, no checkpoint.
+    entry, _ = await mirrored.translator.translate(view, record, splits, start, {})
+    assert entry["b/a.t/1"] == 0
+
+
+async def test_the_query_s_commit_group_is_kept_for_translation(mirrored: Parts) -> None:
+    write_checkpoint(mirrored, Checkpoint("g", "a.t", 1, 3, 103))
+    await mirrored.duties.syncs.poll()
+    view = mirrored.store.get("s")
+    start = {"a/t/0": 20, "a/t/1": 5}
+    await mirrored.batches.commit(view, "q", as_offsets(start), group_id="g")
+    progress = mirrored.queries.get("q")
+    assert progress is not None
+    assert progress.group_id == "g"
+    assert type(progress).from_json("q", progress.to_json()).group_id == "g"
+    await mirrored.lifecycle.failover("s", "a", "b", strategy=FailoverStrategy.MM2)
+    plan = await mirrored.batches.latest(
+        mirrored.store.get("s"),
+        "q",
+        as_offsets(start),
+        max_records=0,
+        cap=None,
+        fail_on_data_loss=True,
+    )
+    assert plan.end["b/a.t/1"] == 103

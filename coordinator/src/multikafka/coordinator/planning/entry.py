@@ -105,10 +105,13 @@ class EntryOffsets:
         start: Mapping[str, int],
         new: Sequence[str],
         abandoned: Mapping[str, int],
+        *,
+        group_id: str = "",
     ) -> tuple[dict[str, int], list[Translation]]:
         """Entry offsets of the ``new`` splits that can be resolved now (splits
         of unreachable clusters are left out and tried again next batch), and
-        how the translated ones were chosen."""
+        how the translated ones were chosen (``group_id``: the consumer group
+        the query commits to, whose MM2 checkpoints ``mm2`` may use)."""
         by_cluster: dict[str, list[SplitId]] = defaultdict(list)
         for s in new:
             split = SplitId.parse(s)
@@ -119,7 +122,9 @@ class EntryOffsets:
             record = self._translator.record_for(view, cid, start)
             if record is not None:
                 translations.append(
-                    self._translator.translate(view, record, splits, start, abandoned)
+                    self._translator.translate(
+                        view, record, splits, start, abandoned, group_id=group_id
+                    )
                 )
             else:
                 plain[query_for(view.spec.clusters[cid].starting)].extend(splits)
