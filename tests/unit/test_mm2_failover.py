@@ -283,3 +283,34 @@ async def test_the_query_s_commit_group_is_kept_for_translation(mirrored: Parts)
         fail_on_data_loss=True,
     )
     assert plan.end["b/a.t/1"] == 103
+
+
+async def test_a_drained_source_s_mirror_starts_at_its_drain_ends_translated(
+    mirrored: Parts,
+) -> None:
+    """A planned migration onto an MM2 mirror: the source is drained (queries
+    read it up to the captured ends), then the mirror activated: its splits
+    start where MM2's rule puts the drain ends, not at its starting position."""
+    view = await mirrored.lifecycle.drain("s", "a")
+    assert view.status.drains["a"] == {"a/t/0": 40, "a/t/1": 40}
+    assert "b (MM2 replica) starts at the drain ends translated" in (
+        mirrored.history.entries("s")[-1].detail
+    )
+    write_syncs(mirrored, sync(0, 40, 140))
+    await mirrored.duties.syncs.poll()
+    await mirrored.lifecycle.activate("s", "b")
+    start = {"a/t/0": 30, "a/t/1": 40}
+    entry, notes = await mirrored.entry.resolve(
+        mirrored.store.get("s"), start, ["b/a.t/0", "b/a.t/1"], {}
+    )
+    # Partition 0: its end 40 has a sync (40 -> 140). Partition 1 has no
+    # sync: its starting position (earliest).
+    assert entry == {"b/a.t/0": 140, "b/a.t/1": 0}
+    assert [n.how for n in notes] == ["mm2 from the drain end a/t/0@40 by the sync 40 -> 140"]
+    # Without the drain (the source ACTIVE again), the mirror's starting position.
+    await mirrored.lifecycle.activate("s", "a")
+    entry, notes = await mirrored.entry.resolve(
+        mirrored.store.get("s"), start, ["b/a.t/0", "b/a.t/1"], {}
+    )
+    assert entry == {"b/a.t/0": 0, "b/a.t/1": 0}
+    assert notes == []

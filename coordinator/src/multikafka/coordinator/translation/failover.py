@@ -160,3 +160,45 @@ class FailoverTranslator:
             return None
         cp = self._syncs.checkpoint(view.name, mirror, group_id, split.topic, split.partition)
         return cp if cp is not None and 0 <= cp.upstream_offset <= position else None
+
+    @staticmethod
+    def drained_source(view: StreamView, cluster: str) -> str | None:
+        """The cluster ``cluster`` is MM2's replica of, while that one is
+        DRAINING with captured end offsets: a query then reads it up to those
+        ends, so ``cluster``'s splits start at their translation."""
+        mirror = view.spec.clusters[cluster].mm2
+        if mirror is None or mirror.source not in view.status.drains:
+            return None
+        source = view.spec.clusters.get(mirror.source)
+        return (
+            mirror.source if source is not None and source.state is ClusterState.DRAINING else None
+        )
+
+    def translate_drain(
+        self, view: StreamView, cluster: str, source: str, splits: Sequence[SplitId]
+    ) -> tuple[dict[str, int], list[Translation], list[SplitId]]:
+        """Starting offsets of ``splits`` (of ``cluster``, MM2's replica of the
+        DRAINING ``source``): each the translation of its counterpart's drain
+        end offset. The splits without a usable sync are returned last; they
+        take their cluster's starting position."""
+        ends = view.status.drains[source]
+        entry: dict[str, int] = {}
+        notes: list[Translation] = []
+        rest: list[SplitId] = []
+        for b in splits:
+            topic = view.spec.counterpart_topic(cluster, source, b.topic)
+            a = SplitId(source, topic or b.topic, b.partition)
+            end = ends.get(str(a)) if topic is not None else None
+            hit = (
+                self._syncs.translate(view.name, cluster, a, end)
+                if end is not None and self._syncs is not None
+                else None
+            )
+            if hit is None:
+                rest.append(b)
+                continue
+            up, down = hit.sync.upstream_offset, hit.sync.downstream_offset
+            how = f"mm2 from the drain end {a}@{end} by the sync {up} -> {down}"
+            entry[str(b)] = hit.offset
+            notes.append(Translation(str(b), str(a), hit.offset, how))
+        return entry, notes, rest
