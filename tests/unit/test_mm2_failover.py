@@ -314,3 +314,32 @@ async def test_a_drained_source_s_mirror_starts_at_its_drain_ends_translated(
     )
     assert entry == {"b/a.t/0": 0, "b/a.t/1": 0}
     assert notes == []
+
+
+async def test_the_summary_keeps_the_newest_syncs_and_the_earliest(parts: Parts) -> None:
+    from multikafka.coordinator.translation.mm2.tracker import SUMMARY_SYNCS
+
+    parts.kafka.cluster(A).add_records("t", 0, [1000] * 10)
+    await parts.put(doc())
+    # A sync every 100 records over 100,000 records: the store keeps a few
+    # dozen, the summary at most SUMMARY_SYNCS + 1 of them.
+    write_syncs(parts, *(sync(0, u, u + 7) for u in range(0, 100_001, 100)))
+    await parts.duties.syncs.poll()
+    await parts.duties.syncs.flush()
+    kv = await parts.etcd.get("/t/mm2-syncs/s")
+    assert kv is not None
+    pairs = json.loads(kv.value)["b"]["syncs"]["t/0"]
+    assert len(pairs) == SUMMARY_SYNCS + 1
+    assert pairs[0] == [100_000, 100_007]  # the newest
+    assert pairs[-1] == [0, 7]  # the earliest
+    assert len(parts.duties.syncs._mirrors["s"]["b"].store.kept("t", 0)) > len(pairs)
+    # A new leader translates with the summary: near the newest sync exactly,
+    # far behind from an older sync (more duplicates, never a skip).
+    successor = MirrorSyncs(parts.etcd, "/t", parts.store, parts.discovery, parts.metrics)
+    await successor.load()
+    near = successor.translate("s", "b", SplitId("a", "t", 0), 99_950)
+    assert near is not None
+    assert near.offset == 99_908  # the sync 99,900 -> 99,907, and past it: + 1
+    far = successor.translate("s", "b", SplitId("a", "t", 0), 1_234)
+    assert far is not None
+    assert far.offset <= 1_234 + 7

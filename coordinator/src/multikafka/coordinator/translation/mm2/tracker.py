@@ -53,6 +53,12 @@ logger = logging.getLogger(__name__)
 
 #: Records read from one offset-syncs topic per poll.
 MAX_RECORDS_PER_POLL = 50_000
+#: Syncs per partition in the summary in etcd: the newest ones kept (at
+#: growing distances behind the newest sync: with a sync every 100 records
+#: they reach about 25,000 records back) and the earliest. A store keeps up
+#: to :data:`~.syncs.MAX_SYNCS`; 1,000 mirrored partitions stay well inside
+#: etcd's request limit this way.
+SUMMARY_SYNCS = 16
 
 
 class SyncHit(NamedTuple):
@@ -83,12 +89,18 @@ class _Mirror:
             "positions": {str(p): o for p, o in sorted(self.positions.items())},
             "syncs": {
                 f"{t}/{p}": [
-                    [s.upstream_offset, s.downstream_offset] for s in self.store.kept(t, p)
+                    [s.upstream_offset, s.downstream_offset]
+                    for s in _summary(self.store.kept(t, p))
                 ]
                 for t, p in self.store.partitions()
             },
             "newest_ms": {f"{t}/{p}": ms for (t, p), ms in sorted(self.newest_ms.items())},
         }
+
+
+def _summary(kept: tuple[OffsetSync, ...]) -> tuple[OffsetSync, ...]:
+    """The syncs of a partition written to etcd (newest first)."""
+    return kept if len(kept) <= SUMMARY_SYNCS + 1 else (*kept[:SUMMARY_SYNCS], kept[-1])
 
 
 def _topic_partition(key: str) -> tuple[str, int]:
