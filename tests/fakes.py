@@ -318,8 +318,8 @@ class FakeMetadataClient:
         self.cluster = cluster
         cluster.clients += 1
         self.closed = False
-        #: (internal topic, partition) -> next offset :meth:`read_records` reads
-        self._read_at: dict[tuple[str, int], int] = {}
+        #: (reader, internal topic, partition) -> next offset :meth:`read_records` reads
+        self.read_at: dict[tuple[str, str, int], int] = {}
 
     def _ask(self) -> None:
         self.cluster.calls += 1
@@ -357,7 +357,12 @@ class FakeMetadataClient:
         self.cluster.commits.setdefault(group_id, {}).update(offsets)
 
     def read_records(
-        self, topic: str, positions: Mapping[int, int], max_records: int, timeout_s: float
+        self,
+        reader: str,
+        topic: str,
+        positions: Mapping[int, int],
+        max_records: int,
+        timeout_s: float,
     ) -> list[RawRecord] | None:
         self._ask()
         parts = self.cluster.internal.get(topic)
@@ -365,11 +370,15 @@ class FakeMetadataClient:
             return None
         out: list[RawRecord] = []
         for p, records in sorted(parts.items()):
-            at = self._read_at.setdefault((topic, p), positions.get(p, 0))
+            at = self.read_at.setdefault((reader, topic, p), positions.get(p, 0))
             taken = records[at : at + max_records - len(out)]
             out += taken
-            self._read_at[(topic, p)] = at + len(taken)
+            self.read_at[(reader, topic, p)] = at + len(taken)
         return out
+
+    def close_reader(self, reader: str) -> None:
+        for key in [k for k in self.read_at if k[0] == reader]:
+            del self.read_at[key]
 
     def close(self) -> None:
         self.closed = True

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from multikafka.coordinator.translation.mm2 import OffsetSync
+from multikafka.coordinator.translation.mm2 import Checkpoint, OffsetSync
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
@@ -107,3 +107,51 @@ def test_failover_translates_with_the_syncs_read_while_the_source_lived(
     assert "MM2 offset syncs known for 2 of 2 partitions" in failover.detail
     translated = next(e for e in history if e.kind == "translated")
     assert "by the sync 10 -> 16" in translated.detail
+
+
+def test_a_query_s_commit_group_translates_by_mm2_s_checkpoint_without_syncs(
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    planner: PlannerClient,
+    coordinator: CoordinatorThread,
+) -> None:
+    """No offset sync is known (the coordinator never saw any), but the query
+    commits its positions to a consumer group, and MM2's checkpoint connector
+    translated that group's offsets into ``<source_alias>.checkpoints.internal``
+    on the mirror: the mirror's splits start there."""
+    source, mirror = kafka.shared(2)
+    topic = uid("mm2cp")
+    remote = f"a.{topic}"
+    create_topics(source.bootstrap, {topic: 1})
+    create_topics(mirror.bootstrap, {remote: 1, "a.checkpoints.internal": 1})
+    produce_sequence(source.bootstrap, topic, 1, "r", range(20))
+    produce_sequence(mirror.bootstrap, remote, 1, "old", range(4))  # shift: 5
+    produce_sequence(mirror.bootstrap, remote, 1, "r", range(20))
+    name = uid("s")
+    doc = stream_doc(name, {"a": (source.bootstrap, [topic]), "b": (mirror.bootstrap, [remote])})
+    doc["clusters"]["b"]["state"] = "STANDBY"
+    doc["clusters"]["b"]["mm2"] = {"source": "a"}
+    admin.put_stream(doc)
+    group = uid("g")
+    start = {f"a/{topic}/0": 12}
+    planner.commit(name, "q", start, group)  # commits 12 to the group on the source, too
+    # MM2's checkpoint of the group: it saw the group at 9 (it lags), 9 -> 14.
+    producer = Producer({"bootstrap.servers": mirror.bootstrap, "batch.num.messages": 1})
+    key, value = Checkpoint(group, remote, 0, 9, 14, "").encode()
+    producer.produce("a.checkpoints.internal", key=key, value=value, partition=0)
+    assert producer.flush(30) == 0
+    coord = coordinator.coordinator
+    assert coord is not None
+
+    def checkpoint_read() -> bool:
+        duties = coord.duties
+        return (
+            duties is not None and duties.syncs.checkpoint(name, "b", group, remote, 0) is not None
+        )
+
+    eventually(checkpoint_read, timeout_s=30)
+    admin.failover(name, "a", "b", strategy="mm2", margin_ms=1000, reason="test")
+    end = planner.latest(name, "q", start, max_records=0, cap=None, fail_on_data_loss=True)
+    assert end[f"b/{remote}/0"] == 14
+    translated = next(e for e in admin.history(name) if e.kind == "translated")
+    assert f"by group {group}'s checkpoint 9 -> 14" in translated.detail

@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from multikafka.coordinator.translation.mm2 import OffsetSync
+from multikafka.coordinator.translation.mm2 import Checkpoint, OffsetSync
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import FailoverStrategy, SplitId
+from multikafka.core.offsets import as_offsets
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
@@ -158,7 +159,7 @@ async def test_a_new_leader_translates_with_the_summary_and_reads_on(mirrored: P
     # read are not taken again (an older sync would reset the partition).
     mirrored.kafka.cluster(A).down = False
     write_syncs(mirrored, sync(0, 30, 140))
-    mirrored.discovery.client("s", "a").client._read_at.clear()  # type: ignore[union-attr]
+    mirrored.discovery.client("s", "a").client.read_at.clear()  # type: ignore[union-attr]
     await successor.poll()
     assert successor.translate("s", "b", SplitId("a", "t", 0), 30) == (
         140,
@@ -222,3 +223,123 @@ async def test_sync_age_and_upstream_lag_per_partition(mirrored: Parts) -> None:
     assert mirrored.sample("multikafka_mm2_upstream_lag_records", **labels, partition="0") is None
     assert mirrored.sample("multikafka_mm2_sync_age_seconds", **labels, partition="0") is None
     assert await mirrored.etcd.get("/t/mm2-syncs/s") is None
+
+
+def write_checkpoint(parts: Parts, cp: Checkpoint) -> None:
+    key, value = cp.encode()
+    parts.kafka.cluster(B).append_internal("a.checkpoints.internal", key, value)
+
+
+async def test_without_a_sync_a_query_s_group_checkpoint_translates(mirrored: Parts) -> None:
+    # MM2's checkpoint of group g for the mirror's partition 1 (which has no
+    # sync): g's offset 3 on the source is 103 on the mirror. Another group's
+    # and another topic's checkpoints are not the query's.
+    write_checkpoint(mirrored, Checkpoint("g", "a.t", 1, 3, 103))
+    write_checkpoint(mirrored, Checkpoint("other", "a.t", 1, 5, 105))
+    write_checkpoint(mirrored, Checkpoint("g", "a.elsewhere", 1, 5, 999))
+    await mirrored.duties.syncs.poll()
+    await mirrored.lifecycle.failover("s", "a", "b", strategy=FailoverStrategy.MM2)
+    view = mirrored.store.get("s")
+    record = view.status.failover_into("b")
+    assert record is not None
+    start = {"a/t/0": 20, "a/t/1": 5}
+    splits = [SplitId("b", "a.t", 0), SplitId("b", "a.t", 1)]
+    entry, notes = await mirrored.translator.translate(
+        view, record, splits, start, {}, group_id="g"
+    )
+    how = {n.split: n.how for n in notes}
+    assert entry == {"b/a.t/0": 125, "b/a.t/1": 103}  # the sync first, where there is one
+    assert how["b/a.t/1"] == "mm2 from a/t/1@5 by group g's checkpoint 3 -> 103"
+    # A checkpoint past the query's position (the group committed further,
+    # or the query restarted from an older Spark checkpoint) is not used:
+    # it could skip records the query did not read.
+    entry, notes = await mirrored.translator.translate(
+        view, record, splits, {"a/t/0": 20, "a/t/1": 2}, {}, group_id="g"
+    )
+    assert entry["b/a.t/1"] == 0
+    assert "no MM2 offset sync" in {n.split: n.how for n in notes}["b/a.t/1"]
+    # Without a group, no checkpoint.
+    entry, _ = await mirrored.translator.translate(view, record, splits, start, {})
+    assert entry["b/a.t/1"] == 0
+
+
+async def test_the_query_s_commit_group_is_kept_for_translation(mirrored: Parts) -> None:
+    write_checkpoint(mirrored, Checkpoint("g", "a.t", 1, 3, 103))
+    await mirrored.duties.syncs.poll()
+    view = mirrored.store.get("s")
+    start = {"a/t/0": 20, "a/t/1": 5}
+    await mirrored.batches.commit(view, "q", as_offsets(start), group_id="g")
+    progress = mirrored.queries.get("q")
+    assert progress is not None
+    assert progress.group_id == "g"
+    assert type(progress).from_json("q", progress.to_json()).group_id == "g"
+    await mirrored.lifecycle.failover("s", "a", "b", strategy=FailoverStrategy.MM2)
+    plan = await mirrored.batches.latest(
+        mirrored.store.get("s"),
+        "q",
+        as_offsets(start),
+        max_records=0,
+        cap=None,
+        fail_on_data_loss=True,
+    )
+    assert plan.end["b/a.t/1"] == 103
+
+
+async def test_a_drained_source_s_mirror_starts_at_its_drain_ends_translated(
+    mirrored: Parts,
+) -> None:
+    """A planned migration onto an MM2 mirror: the source is drained (queries
+    read it up to the captured ends), then the mirror activated: its splits
+    start where MM2's rule puts the drain ends, not at its starting position."""
+    view = await mirrored.lifecycle.drain("s", "a")
+    assert view.status.drains["a"] == {"a/t/0": 40, "a/t/1": 40}
+    assert "b (MM2 replica) starts at the drain ends translated" in (
+        mirrored.history.entries("s")[-1].detail
+    )
+    write_syncs(mirrored, sync(0, 40, 140))
+    await mirrored.duties.syncs.poll()
+    await mirrored.lifecycle.activate("s", "b")
+    start = {"a/t/0": 30, "a/t/1": 40}
+    entry, notes = await mirrored.entry.resolve(
+        mirrored.store.get("s"), start, ["b/a.t/0", "b/a.t/1"], {}
+    )
+    # Partition 0: its end 40 has a sync (40 -> 140). Partition 1 has no
+    # sync: its starting position (earliest).
+    assert entry == {"b/a.t/0": 140, "b/a.t/1": 0}
+    assert [n.how for n in notes] == ["mm2 from the drain end a/t/0@40 by the sync 40 -> 140"]
+    # Without the drain (the source ACTIVE again), the mirror's starting position.
+    await mirrored.lifecycle.activate("s", "a")
+    entry, notes = await mirrored.entry.resolve(
+        mirrored.store.get("s"), start, ["b/a.t/0", "b/a.t/1"], {}
+    )
+    assert entry == {"b/a.t/0": 0, "b/a.t/1": 0}
+    assert notes == []
+
+
+async def test_the_summary_keeps_the_newest_syncs_and_the_earliest(parts: Parts) -> None:
+    from multikafka.coordinator.translation.mm2.tracker import SUMMARY_SYNCS
+
+    parts.kafka.cluster(A).add_records("t", 0, [1000] * 10)
+    await parts.put(doc())
+    # A sync every 100 records over 100,000 records: the store keeps a few
+    # dozen, the summary at most SUMMARY_SYNCS + 1 of them.
+    write_syncs(parts, *(sync(0, u, u + 7) for u in range(0, 100_001, 100)))
+    await parts.duties.syncs.poll()
+    await parts.duties.syncs.flush()
+    kv = await parts.etcd.get("/t/mm2-syncs/s")
+    assert kv is not None
+    pairs = json.loads(kv.value)["b"]["syncs"]["t/0"]
+    assert len(pairs) == SUMMARY_SYNCS + 1
+    assert pairs[0] == [100_000, 100_007]  # the newest
+    assert pairs[-1] == [0, 7]  # the earliest
+    assert len(parts.duties.syncs._mirrors["s"]["b"].store.kept("t", 0)) > len(pairs)
+    # A new leader translates with the summary: near the newest sync exactly,
+    # far behind from an older sync (more duplicates, never a skip).
+    successor = MirrorSyncs(parts.etcd, "/t", parts.store, parts.discovery, parts.metrics)
+    await successor.load()
+    near = successor.translate("s", "b", SplitId("a", "t", 0), 99_950)
+    assert near is not None
+    assert near.offset == 99_908  # the sync 99,900 -> 99,907, and past it: + 1
+    far = successor.translate("s", "b", SplitId("a", "t", 0), 1_234)
+    assert far is not None
+    assert far.offset <= 1_234 + 7

@@ -83,13 +83,22 @@ class MetadataClient(Protocol):
         ...
 
     def read_records(
-        self, topic: str, positions: Mapping[int, int], max_records: int, timeout_s: float
+        self,
+        reader: str,
+        topic: str,
+        positions: Mapping[int, int],
+        max_records: int,
+        timeout_s: float,
     ) -> list[RawRecord] | None:
-        """The next records of ``topic`` (at most ``max_records``, all that
-        are there now): each partition from ``positions`` (next offset to
-        read) the first time it is read, from the beginning if not named,
-        then on from where the last call stopped. None while the topic does
-        not exist."""
+        """The next records of ``topic`` for ``reader`` (at most
+        ``max_records``, all that are there now): each partition from
+        ``positions`` (next offset to read) the first time it is read, from
+        the beginning if not named, then on from where ``reader``'s last call
+        stopped. None while the topic does not exist."""
+        ...
+
+    def close_reader(self, reader: str) -> None:
+        """Free what :meth:`read_records` holds for ``reader``."""
         ...
 
     def close(self) -> None: ...
@@ -109,8 +118,8 @@ class KafkaMetadataClient:
         )
         self._admin = AdminClient(config, logger=self._log)
         self._group_consumers: dict[str, Consumer] = {}
-        #: topic -> (its consumer, the partitions assigned to it)
-        self._tails: dict[str, tuple[Consumer, set[int]]] = {}
+        #: (reader, topic) -> (its consumer, the partitions assigned to it)
+        self._tails: dict[tuple[str, str], tuple[Consumer, set[int]]] = {}
 
     def set_log_context(
         self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
@@ -211,9 +220,14 @@ class KafkaMetadataClient:
             raise UnavailableError(f"cluster {self._connection.cluster}: commit: {exc}") from exc
 
     def read_records(
-        self, topic: str, positions: Mapping[int, int], max_records: int, timeout_s: float
+        self,
+        reader: str,
+        topic: str,
+        positions: Mapping[int, int],
+        max_records: int,
+        timeout_s: float,
     ) -> list[RawRecord] | None:
-        tail = self._tails.get(topic)
+        tail = self._tails.get((reader, topic))
         if tail is None:
             config = client_config(
                 self._connection,
@@ -223,7 +237,7 @@ class KafkaMetadataClient:
             # A compacted or trimmed topic starts later than a kept position:
             # read what is there.
             config["auto.offset.reset"] = "earliest"
-            tail = self._tails[topic] = (Consumer(config, logger=self._log), set())
+            tail = self._tails[(reader, topic)] = (Consumer(config, logger=self._log), set())
         consumer, assigned = tail
         try:
             meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -248,6 +262,10 @@ class KafkaMetadataClient:
                 if m.error() is None and partition is not None and offset is not None:
                     out.append(RawRecord(partition, offset, m.key(), m.value(), m.timestamp()[1]))
         return out
+
+    def close_reader(self, reader: str) -> None:
+        for key in [k for k in self._tails if k[0] == reader]:
+            self._tails.pop(key)[0].close()
 
     def close(self) -> None:
         self._serve_logs()

@@ -110,10 +110,23 @@ class ClusterLifecycle:
             stream,
             "drain",
             cluster=cluster,
-            detail=f"reading up to {sum(offsets.values())} records' end offsets captured over {len(offsets)} splits, then retiring",
+            detail=f"reading up to {sum(offsets.values())} records' end offsets captured over {len(offsets)} splits, then retiring"
+            + self._mirrors_note(self._store.get(stream), cluster),
             generation=rev,
         )
         return self._store.get(stream)
+
+    def _mirrors_note(self, view: StreamView, cluster: str) -> str:
+        """For the drain's history: the MM2 replicas of ``cluster``, whose
+        splits start at its drain end offsets translated."""
+        mirrors = [
+            c for c, spec in view.spec.clusters.items() if spec.mm2 and spec.mm2.source == cluster
+        ]
+        return "".join(
+            f"; {m} (MM2 replica) starts at the drain ends translated"
+            + (f": {self._mm2_coverage(view, m)}" if self._mm2_coverage else "")
+            for m in sorted(mirrors)
+        )
 
     async def fail(self, stream: str, cluster: str, reason: str = "") -> StreamView:
         """Mark the cluster FAILED: not read; ranges planned on it are abandoned."""

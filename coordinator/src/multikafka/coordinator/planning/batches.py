@@ -111,11 +111,13 @@ class MicroBatches:
         snapshots = await snapshots_of(self._discovery, self._metrics, view, start)
         new = new_split_set(start, snapshots)
         abandoned = {}
+        group_id = ""
         left: dict[str, SplitOffsets] = {}
         now_ms = int(time.time() * 1000)
         progress = self._queries.get(query_id)
         if progress is not None:
             abandoned = progress.abandoned
+            group_id = progress.group_id
             await self._queries.forget_held(query_id, start, set(view.spec.clusters))
             left = progress.resumable(view.spec.retention_ms, now_ms)
         new_ids = new.ids()
@@ -126,7 +128,9 @@ class MicroBatches:
         )
         rest = [s for s in new_ids if s not in resumed.claimed] if resumed.claimed else new_ids
         entry, translations = (
-            await self._entry.resolve(view, start, rest, abandoned) if rest else ({}, [])
+            await self._entry.resolve(view, start, rest, abandoned, group_id=group_id)
+            if rest
+            else ({}, [])
         )
         entry.update(resumed.entry)
         plan = plan_end(
@@ -197,7 +201,9 @@ class MicroBatches:
     ) -> None:
         """Store the query's progress; with ``group_id``, commit ``end`` to
         that consumer group on every cluster that answers."""
-        await self._queries.commit(query_id, view.name, end, retention_ms=view.spec.retention_ms)
+        await self._queries.commit(
+            query_id, view.name, end, retention_ms=view.spec.retention_ms, group_id=group_id
+        )
         if group_id:
             await self._commit_groups(view, group_id, end)
 

@@ -4,7 +4,9 @@ Usually that is its cluster's starting position (earliest unless the stream
 document says otherwise), so nothing added mid-query is missed. When the
 cluster replaced a failed one the query still holds, the offset is translated
 from the query's position on the failed cluster instead
-(:mod:`multikafka.coordinator.translation`). When the cluster was removed from the
+(:mod:`multikafka.coordinator.translation`); when the cluster is MM2's replica
+of one that is DRAINING, from that cluster's drain end offsets, which is where
+queries stop reading it. When the cluster was removed from the
 stream and added back within the stream's ``removed_cluster_retention``, its
 splits resume where this query left them (:meth:`EntryOffsets.resume`), ahead
 of both: those are the query's own positions on that very cluster.
@@ -39,6 +41,12 @@ class Resumed:
     claimed: set[str] = field(default_factory=set)
     #: split -> what was lost (only with failOnDataLoss=false).
     data_loss: dict[str, str] = field(default_factory=dict)
+
+
+async def _ready(
+    entry: dict[str, int], notes: list[Translation]
+) -> tuple[dict[str, int], list[Translation]]:
+    return entry, notes
 
 
 def query_for(position: StartingPosition | None) -> OffsetQuery:
@@ -105,10 +113,13 @@ class EntryOffsets:
         start: Mapping[str, int],
         new: Sequence[str],
         abandoned: Mapping[str, int],
+        *,
+        group_id: str = "",
     ) -> tuple[dict[str, int], list[Translation]]:
         """Entry offsets of the ``new`` splits that can be resolved now (splits
         of unreachable clusters are left out and tried again next batch), and
-        how the translated ones were chosen."""
+        how the translated ones were chosen (``group_id``: the consumer group
+        the query commits to, whose MM2 checkpoints ``mm2`` may use)."""
         by_cluster: dict[str, list[SplitId]] = defaultdict(list)
         for s in new:
             split = SplitId.parse(s)
@@ -117,12 +128,18 @@ class EntryOffsets:
         translations = []
         for cid, splits in by_cluster.items():
             record = self._translator.record_for(view, cid, start)
+            source = self._translator.drained_source(view, cid) if record is None else None
             if record is not None:
                 translations.append(
-                    self._translator.translate(view, record, splits, start, abandoned)
+                    self._translator.translate(
+                        view, record, splits, start, abandoned, group_id=group_id
+                    )
                 )
-            else:
-                plain[query_for(view.spec.clusters[cid].starting)].extend(splits)
+                continue
+            if source is not None:
+                done, how, splits = self._translator.translate_drain(view, cid, source, splits)
+                translations.append(_ready(done, how))
+            plain[query_for(view.spec.clusters[cid].starting)].extend(splits)
         translated, found = await asyncio.gather(
             asyncio.gather(*translations),
             asyncio.gather(

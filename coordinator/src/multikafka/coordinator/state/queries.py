@@ -71,6 +71,9 @@ class QueryProgress:
     abandoned: dict[str, int] = field(default_factory=dict)
     #: cluster -> where this query left it when it was removed from the stream.
     removed: dict[str, RemovedCluster] = field(default_factory=dict)
+    #: The consumer group its commits go to (``commitGroupId``; "" for none):
+    #: an ``mm2`` failover may translate with MM2's checkpoints of it.
+    group_id: str = ""
 
     def to_json(self) -> bytes:
         doc: dict[str, object] = {
@@ -81,6 +84,8 @@ class QueryProgress:
         }
         if self.removed:
             doc["removed"] = {c: r.to_document() for c, r in sorted(self.removed.items())}
+        if self.group_id:
+            doc["group_id"] = self.group_id
         raw = json.dumps(doc, sort_keys=True).encode()
         return zlib.compress(raw, 1) if len(raw) > COMPRESS_ABOVE else raw
 
@@ -100,6 +105,7 @@ class QueryProgress:
                 str(c): RemovedCluster.from_document(r, f"removed.{c}")
                 for c, r in doc.get("removed", {}).items()
             },
+            str(doc.get("group_id", "")),
         )
 
     def resumable(self, retention_ms: int, now_ms: int) -> dict[str, SplitOffsets]:
@@ -146,11 +152,14 @@ class QueryStore:
         end: Mapping[str, int],
         *,
         retention_ms: int | None = None,
+        group_id: str = "",
     ) -> QueryProgress:
-        """Store the query's committed ``end`` (and, given ``retention_ms``,
-        forget removed clusters whose window has passed)."""
+        """Store the query's committed ``end`` and the consumer group it goes
+        to (and, given ``retention_ms``, forget removed clusters whose window
+        has passed)."""
         q = self._queries.setdefault(query_id, QueryProgress(query_id, stream))
         q.stream = stream
+        q.group_id = group_id
         q.offsets = ov.as_offsets(end)
         q.updated_ms = int(time.time() * 1000)
         # An abandoned position matters until the split left the vector.

@@ -5,8 +5,10 @@ one start, for a query that was reading the failed cluster.
   on the new cluster; at-least-once with duplicates bounded by the margin.
 * ``identity``: the same offset (offset-preserving mirrors).
 * ``mm2``: MirrorMaker 2's offset syncs (:mod:`.mm2`): the downstream offset
-  of the newest sync at or before the position, +1 when past it; a split
-  without such a sync falls back to ``timestamp``, and says so.
+  of the newest sync at or before the position, +1 when past it; without
+  such a sync, MM2's checkpoint of the query's consumer group
+  (``commitGroupId``) when it is at or before the position; else
+  ``timestamp``, and the translation says so.
 
 A split of the new cluster takes over from the failed cluster's split of the
 same partition of the same topic, or of the topic an ``mm2`` block between
@@ -30,6 +32,7 @@ from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.state.stream_state import FailoverRecord, StreamView
 from multikafka.coordinator.translation.marks import ReadMarks
+from multikafka.coordinator.translation.mm2.records import Checkpoint
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.model import ClusterState, FailoverStrategy, SplitId
@@ -76,6 +79,8 @@ class FailoverTranslator:
         splits: Sequence[SplitId],
         start: Mapping[str, int],
         abandoned: Mapping[str, int],
+        *,
+        group_id: str = "",
     ) -> tuple[dict[str, int], list[Translation]]:
         """Starting offsets of ``splits`` (all of ``record.to_cluster``) that can
         be resolved now; none while the new cluster does not answer a lookup
@@ -106,6 +111,14 @@ class FailoverTranslator:
                     how = f"mm2 from {a}@{pos} by the sync {up} -> {down}"
                     exact[str(b)] = (hit.offset, a, how)
                     continue
+                cp = self._checkpoint(view, record.to_cluster, group_id, b, pos)
+                if cp is not None:
+                    how = (
+                        f"mm2 from {a}@{pos} by group {group_id}'s checkpoint "
+                        f"{cp.upstream_offset} -> {cp.downstream_offset}"
+                    )
+                    exact[str(b)] = (cp.downstream_offset, a, how)
+                    continue
                 fallback = f"no MM2 offset sync at or before {a}@{pos}, so timestamp: "
             mark = self._marks.at_or_before(view.name, a, pos - 1) if pos > 0 else None
             if mark is None:
@@ -135,3 +148,57 @@ class FailoverTranslator:
         entry = {s: off for s, (off, _, _) in exact.items()}
         notes = [Translation(s, a, off, how) for s, (off, a, how) in sorted(exact.items())]
         return entry, notes
+
+    def _checkpoint(
+        self, view: StreamView, mirror: str, group_id: str, split: SplitId, position: int
+    ) -> Checkpoint | None:
+        """MM2's checkpoint of the query's consumer group for ``split`` (of
+        the mirror), when it translates a position at or before the query's:
+        MM2 computed its downstream offset by the same rule, so starting
+        there never skips an unread record."""
+        if not group_id or self._syncs is None:
+            return None
+        cp = self._syncs.checkpoint(view.name, mirror, group_id, split.topic, split.partition)
+        return cp if cp is not None and 0 <= cp.upstream_offset <= position else None
+
+    @staticmethod
+    def drained_source(view: StreamView, cluster: str) -> str | None:
+        """The cluster ``cluster`` is MM2's replica of, while that one is
+        DRAINING with captured end offsets: a query then reads it up to those
+        ends, so ``cluster``'s splits start at their translation."""
+        mirror = view.spec.clusters[cluster].mm2
+        if mirror is None or mirror.source not in view.status.drains:
+            return None
+        source = view.spec.clusters.get(mirror.source)
+        return (
+            mirror.source if source is not None and source.state is ClusterState.DRAINING else None
+        )
+
+    def translate_drain(
+        self, view: StreamView, cluster: str, source: str, splits: Sequence[SplitId]
+    ) -> tuple[dict[str, int], list[Translation], list[SplitId]]:
+        """Starting offsets of ``splits`` (of ``cluster``, MM2's replica of the
+        DRAINING ``source``): each the translation of its counterpart's drain
+        end offset. The splits without a usable sync are returned last; they
+        take their cluster's starting position."""
+        ends = view.status.drains[source]
+        entry: dict[str, int] = {}
+        notes: list[Translation] = []
+        rest: list[SplitId] = []
+        for b in splits:
+            topic = view.spec.counterpart_topic(cluster, source, b.topic)
+            a = SplitId(source, topic or b.topic, b.partition)
+            end = ends.get(str(a)) if topic is not None else None
+            hit = (
+                self._syncs.translate(view.name, cluster, a, end)
+                if end is not None and self._syncs is not None
+                else None
+            )
+            if hit is None:
+                rest.append(b)
+                continue
+            up, down = hit.sync.upstream_offset, hit.sync.downstream_offset
+            how = f"mm2 from the drain end {a}@{end} by the sync {up} -> {down}"
+            entry[str(b)] = hit.offset
+            notes.append(Translation(str(b), str(a), hit.offset, how))
+        return entry, notes, rest

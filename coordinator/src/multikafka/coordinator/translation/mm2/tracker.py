@@ -10,6 +10,15 @@ and writes a compact summary to ``<prefix>/mm2-syncs/<stream>`` every
 and how far the topic was read. A new leader loads it and goes on reading
 from there, so a takeover after the source died still translates.
 
+It also tails each mirror's checkpoints topic (on the mirror), keeping the
+newest checkpoint per consumer group and partition of the mirror's topics: a
+query that commits its positions to a group (``commitGroupId``) can start
+from MM2's checkpoint of that group where no sync is usable. Checkpoints are
+not summarised: the mirror, where they live, is the cluster that is alive.
+
+Only syncs and checkpoints of the stream's topics are kept (MM2 writes them
+for every topic it replicates).
+
 Per mirrored partition it also sets two gauges: the age of the newest sync
 (``multikafka_mm2_sync_age_seconds``) and how many records the source holds
 past it (``multikafka_mm2_upstream_lag_records``). MM2 writes a sync about
@@ -27,13 +36,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from multikafka.coordinator.clusters.discovery import Discovery
-from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.clusters.kafka import OffsetQuery, RawRecord
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.per_stream import ChangedStreams
 from multikafka.coordinator.state.stream_state import StreamView
-from multikafka.coordinator.translation.mm2.records import OffsetSync
+from multikafka.coordinator.translation.mm2.records import Checkpoint, OffsetSync
 from multikafka.coordinator.translation.mm2.syncs import SyncStore
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
@@ -44,6 +53,12 @@ logger = logging.getLogger(__name__)
 
 #: Records read from one offset-syncs topic per poll.
 MAX_RECORDS_PER_POLL = 50_000
+#: Syncs per partition in the summary in etcd: the newest ones kept (at
+#: growing distances behind the newest sync: with a sync every 100 records
+#: they reach about 25,000 records back) and the earliest. A store keeps up
+#: to :data:`~.syncs.MAX_SYNCS`; 1,000 mirrored partitions stay well inside
+#: etcd's request limit this way.
+SUMMARY_SYNCS = 16
 
 
 class SyncHit(NamedTuple):
@@ -65,6 +80,8 @@ class _Mirror:
     newest_ms: dict[tuple[str, int], int] = field(default_factory=dict)
     #: Records of the topic that are not offset syncs (counted, skipped).
     unreadable: int = 0
+    #: (group, remote topic, partition) -> MM2's newest checkpoint of it.
+    checkpoints: dict[tuple[str, str, int], Checkpoint] = field(default_factory=dict)
 
     def to_document(self) -> dict[str, Any]:
         return {
@@ -72,12 +89,18 @@ class _Mirror:
             "positions": {str(p): o for p, o in sorted(self.positions.items())},
             "syncs": {
                 f"{t}/{p}": [
-                    [s.upstream_offset, s.downstream_offset] for s in self.store.kept(t, p)
+                    [s.upstream_offset, s.downstream_offset]
+                    for s in _summary(self.store.kept(t, p))
                 ]
                 for t, p in self.store.partitions()
             },
             "newest_ms": {f"{t}/{p}": ms for (t, p), ms in sorted(self.newest_ms.items())},
         }
+
+
+def _summary(kept: tuple[OffsetSync, ...]) -> tuple[OffsetSync, ...]:
+    """The syncs of a partition written to etcd (newest first)."""
+    return kept if len(kept) <= SUMMARY_SYNCS + 1 else (*kept[:SUMMARY_SYNCS], kept[-1])
 
 
 def _topic_partition(key: str) -> tuple[str, int]:
@@ -190,6 +213,8 @@ class MirrorSyncs:
             known = mirrors.get(cid)
             if known is None or known.spec != spec:
                 # New, or another replication (source, aliases, location): other syncs.
+                if known is not None:
+                    self._close_readers(view.name, cid)
                 mirrors[cid] = _Mirror(spec)
                 self._dirty.add(view.name)
         if not mirrors:
@@ -199,33 +224,63 @@ class MirrorSyncs:
         mirrors = self._mirrors.get(stream, {})
         for cid in clusters:
             mirrors.pop(cid, None)
+            self._close_readers(stream, cid)
             self._forget_gauges(stream, cid, set())
             self._dirty.add(stream)
         if not mirrors:
             self._mirrors.pop(stream, None)
 
-    async def _read(self, view: StreamView, cid: str, mirror: _Mirror) -> None:
-        holder = mirror.spec.syncs_cluster(cid)
+    def _close_readers(self, stream: str, cid: str) -> None:
+        for cc in self._discovery.clients(stream):
+            for kind in ("syncs", "checkpoints"):
+                cc.client.close_reader(f"{stream}/{cid}/{kind}")
+
+    async def _tail(
+        self,
+        view: StreamView,
+        cid: str,
+        holder: str,
+        kind: str,
+        topic: str,
+        positions: dict[int, int],
+    ) -> list[RawRecord]:
+        """The new records of ``topic`` on cluster ``holder`` (none while it is
+        FAILED, unreachable, or the topic does not exist)."""
         spec = view.spec.clusters.get(holder)
         if spec is None or spec.state is ClusterState.FAILED:
-            return  # dead: keep what was read
+            return []  # dead: keep what was read
         cc = self._discovery.client(view.name, holder)
         if cc is None or not cc.health.reachable:
-            return
-        topic, positions = mirror.spec.offset_syncs_topic, dict(mirror.positions)
+            return []
+        reader = f"{view.name}/{cid}/{kind}"
         try:
             records = await self._discovery.run(
                 lambda: cc.client.read_records(
-                    topic, positions, MAX_RECORDS_PER_POLL, self._timeout_s
+                    reader, topic, positions, MAX_RECORDS_PER_POLL, self._timeout_s
                 )
             )
         except UnavailableError as exc:
             logger.warning(
-                "cannot read MM2 offset syncs",
+                f"cannot read MM2 {kind}",
                 extra={"stream": view.name, "cluster": cid, "topic": topic, "error": str(exc)},
             )
+            return []
+        return records or []
+
+    async def _read(self, view: StreamView, cid: str, mirror: _Mirror) -> None:
+        source = view.spec.clusters.get(mirror.spec.source)
+        if source is None:
             return
-        for r in records or ():
+        topics = set(source.topics)
+        records = await self._tail(
+            view,
+            cid,
+            mirror.spec.syncs_cluster(cid),
+            "offset syncs",
+            mirror.spec.offset_syncs_topic,
+            dict(mirror.positions),
+        )
+        for r in records:
             mirror.positions[r.partition] = r.offset + 1
             try:
                 sync = OffsetSync.decode(r.key or b"", r.value or b"")
@@ -237,15 +292,24 @@ class MirrorSyncs:
                         extra={
                             "stream": view.name,
                             "cluster": cid,
-                            "topic": topic,
+                            "topic": mirror.spec.offset_syncs_topic,
                             "error": str(exc),
                         },
                     )
                 continue
-            mirror.store.add(sync)
-            mirror.newest_ms[(sync.topic, sync.partition)] = r.timestamp_ms
+            if sync.topic in topics:
+                mirror.store.add(sync)
+                mirror.newest_ms[(sync.topic, sync.partition)] = r.timestamp_ms
         if records:
             self._dirty.add(view.name)
+        remote = set(view.spec.clusters[cid].topics)
+        for r in await self._tail(view, cid, cid, "checkpoints", mirror.spec.checkpoints_topic, {}):
+            try:
+                cp = Checkpoint.decode(r.key or b"", r.value or b"")
+            except ValueError:
+                continue  # another version, or no checkpoint: MM2 skips those too
+            if cp.topic in remote:
+                mirror.checkpoints[(cp.consumer_group, cp.topic, cp.partition)] = cp
 
     async def _gauge(self, view: StreamView, cid: str, mirror: _Mirror) -> None:
         """Sync age and upstream lag of each partition of the source's topics."""
@@ -303,6 +367,14 @@ class MirrorSyncs:
             return None
         found = m.store.translate_with(source.topic, source.partition, position)
         return None if found is None else SyncHit(*found)
+
+    def checkpoint(
+        self, stream: str, mirror: str, group: str, topic: str, partition: int
+    ) -> Checkpoint | None:
+        """MM2's newest checkpoint of consumer group ``group`` for partition
+        ``partition`` of ``mirror``'s topic ``topic``."""
+        m = self._mirrors.get(stream, {}).get(mirror)
+        return None if m is None else m.checkpoints.get((group, topic, partition))
 
     def coverage(self, view: StreamView, mirror: str) -> str:
         """One line on what a failover into ``mirror`` can translate with,
