@@ -50,9 +50,9 @@ from multikafka.devstack.offset_syncs import COMMIT_INTERVAL_S, OFFSET_LAG_MAX, 
 from multikafka.devstack.stack import stream_doc
 
 #: How long until the coordinator surely read a sync: its leader reads the
-#: offset syncs every second (``MirrorSyncs``' poll interval), and a read of
-#: a few records takes well under another.
-TAIL_S = 2.0
+#: offset syncs every 0.2 s (``MirrorSyncs``' poll interval); a read of a few
+#: records takes well under a second more, on a loaded machine too.
+TAIL_S = 1.0
 #: Records the remote topic held before the copy started.
 EARLIER_KEY = b"__earlier__"
 #: A record where an exactly-once MM2's transaction marker would take an offset.

@@ -50,6 +50,11 @@ class OffsetQuery(NamedTuple):
         return cls("timestamp", timestamp_ms)
 
 
+#: How often :meth:`KafkaMetadataClient.read_records` asks for a topic's
+#: partitions (new ones are read from then on).
+TOPIC_REFRESH_S = 10.0
+
+
 class RawRecord(NamedTuple):
     """One record of an internal topic, as stored."""
 
@@ -118,8 +123,9 @@ class KafkaMetadataClient:
         )
         self._admin = AdminClient(config, logger=self._log)
         self._group_consumers: dict[str, Consumer] = {}
-        #: (reader, topic) -> (its consumer, the partitions assigned to it)
-        self._tails: dict[tuple[str, str], tuple[Consumer, set[int]]] = {}
+        #: (reader, topic) -> its consumer, the partitions assigned to it, and
+        #: when the topic's partitions were last asked for
+        self._tails: dict[tuple[str, str], tuple[Consumer, set[int], list[float]]] = {}
 
     def set_log_context(
         self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
@@ -237,20 +243,24 @@ class KafkaMetadataClient:
             # A compacted or trimmed topic starts later than a kept position:
             # read what is there.
             config["auto.offset.reset"] = "earliest"
-            tail = self._tails[(reader, topic)] = (Consumer(config, logger=self._log), set())
-        consumer, assigned = tail
-        try:
-            meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        except KafkaException as exc:
-            raise UnavailableError(f"cluster {self._connection.cluster}: metadata: {exc}") from exc
-        if meta is None or meta.error is not None or not meta.partitions:
-            return None
-        new = sorted(set(meta.partitions) - assigned)
-        if new:
-            consumer.incremental_assign(
-                [TopicPartition(topic, p, positions.get(p, OFFSET_BEGINNING)) for p in new]
-            )
-            assigned.update(new)
+            tail = self._tails[(reader, topic)] = (Consumer(config, logger=self._log), set(), [0.0])
+        consumer, assigned, asked = tail
+        if not assigned or time.monotonic() - asked[0] >= TOPIC_REFRESH_S:
+            try:
+                meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            except KafkaException as exc:
+                raise UnavailableError(
+                    f"cluster {self._connection.cluster}: metadata: {exc}"
+                ) from exc
+            asked[0] = time.monotonic()
+            if meta is None or meta.error is not None or not meta.partitions:
+                return None
+            new = sorted(set(meta.partitions) - assigned)
+            if new:
+                consumer.incremental_assign(
+                    [TopicPartition(topic, p, positions.get(p, OFFSET_BEGINNING)) for p in new]
+                )
+                assigned.update(new)
         out: list[RawRecord] = []
         deadline = time.monotonic() + timeout_s
         while len(out) < max_records and time.monotonic() < deadline:
@@ -272,6 +282,6 @@ class KafkaMetadataClient:
         for consumer in self._group_consumers.values():
             consumer.close()
         self._group_consumers.clear()
-        for consumer, _ in self._tails.values():
+        for consumer, _, _ in self._tails.values():
             consumer.close()
         self._tails.clear()

@@ -223,7 +223,9 @@ class ClusterLifecycle:
         spec = _with_state(
             view.spec, {from_cluster: ClusterState.FAILED, to_cluster: ClusterState.ACTIVE}
         )
-        rev = await self._commit(view, status, spec)
+        # Recorded before the change applies here: the planner translates as
+        # soon as it sees the change, and its entries come after this one.
+        rev = await self._store.update(view, status, spec)
         mode = "automatic" if automatic else "admin"
         self._metrics.failovers.labels(stream, from_cluster, to_cluster, mode).inc()
         self._history.record(
@@ -235,6 +237,7 @@ class ClusterLifecycle:
             + (f" ({record.note})" if record.note else ""),
             generation=rev,
         )
+        await self._store.wait_applied(rev)
         return self._store.get(stream)
 
     def _translation_note(

@@ -3,7 +3,9 @@ while the cluster holding them can be read (:class:`MirrorSyncs`).
 
 MM2 writes its offset syncs to the *source* cluster by default: once that
 cluster is dead, nobody can read them. So the leader tails each mirror's
-offset-syncs topic all the time (every ``poll_interval_s``), keeps the syncs
+offset-syncs topic all the time (every ``poll_interval_s``, 0.2 s: a sync
+MM2 wrote just before the source died is lost to a failover if it was not
+read by then, and costs re-reading up to that much more), keeps the syncs
 translation needs per source partition (:class:`~.syncs.SyncStore`, bounded)
 and writes a compact summary to ``<prefix>/mm2-syncs/<stream>`` every
 ``flush_interval_s``: the kept syncs, the newest sync's time per partition,
@@ -28,6 +30,7 @@ while the age grows means MM2 stopped, and a failover then re-reads more.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -117,9 +120,10 @@ class MirrorSyncs:
         discovery: Discovery,
         metrics: Metrics,
         *,
-        poll_interval_s: float = 1.0,
+        poll_interval_s: float = 0.2,
+        gauge_interval_s: float = 5.0,
         flush_interval_s: float = 5.0,
-        timeout_s: float = 5.0,
+        timeout_s: float = 2.0,
     ) -> None:
         self._etcd = etcd
         self._prefix = f"{prefix}/mm2-syncs/"
@@ -127,6 +131,8 @@ class MirrorSyncs:
         self._discovery = discovery
         self._metrics = metrics
         self._poll_interval_s = poll_interval_s
+        self._gauge_interval_s = gauge_interval_s
+        self._gauged_at = 0.0
         self._flush_interval_s = flush_interval_s
         self._timeout_s = timeout_s
         #: stream -> mirror cluster -> what was read of its syncs
@@ -199,9 +205,18 @@ class MirrorSyncs:
             self._drop(stream, list(self._mirrors[stream]))
         for view in views.values():
             self._match(view)
-            for cid, mirror in list(self._mirrors.get(view.name, {}).items()):
-                await self._read(view, cid, mirror)
-                await self._gauge(view, cid, mirror)
+        mirrors = [
+            (view, cid, mirror)
+            for view in views.values()
+            for cid, mirror in self._mirrors.get(view.name, {}).items()
+        ]
+        # Each mirror on its own: one whose cluster stopped answering does not
+        # hold up the others' syncs.
+        await asyncio.gather(*(self._read(*m) for m in mirrors))
+        now = time.monotonic()
+        if now - self._gauged_at >= self._gauge_interval_s:
+            self._gauged_at = now
+            await asyncio.gather(*(self._gauge(*m) for m in mirrors))
 
     def _match(self, view: StreamView) -> None:
         wanted = {cid: c.mm2 for cid, c in view.spec.clusters.items() if c.mm2 is not None}
@@ -247,12 +262,14 @@ class MirrorSyncs:
         """The new records of ``topic`` on cluster ``holder`` (none while it is
         FAILED, unreachable, or the topic does not exist)."""
         spec = view.spec.clusters.get(holder)
-        if spec is None or spec.state is ClusterState.FAILED:
-            return []  # dead: keep what was read
         cc = self._discovery.client(view.name, holder)
+        reader = f"{view.name}/{cid}/{kind}"
+        if spec is None or spec.state is ClusterState.FAILED:
+            if cc is not None:  # dead: keep what was read, stop reconnecting to it
+                cc.client.close_reader(reader)
+            return []
         if cc is None or not cc.health.reachable:
             return []
-        reader = f"{view.name}/{cid}/{kind}"
         try:
             records = await self._discovery.run(
                 lambda: cc.client.read_records(
@@ -343,7 +360,8 @@ class MirrorSyncs:
                 self._metrics.mm2_sync_age.labels(*labels).set(age)
             end = ends.get(str(s))
             if end is not None:
-                behind = end - (newest[0].upstream_offset if newest else 0)
+                # Records after the newest synced one (all of them without a sync).
+                behind = end - (newest[0].upstream_offset + 1 if newest else 0)
                 self._metrics.mm2_upstream_lag.labels(*labels).set(max(behind, 0))
         self._forget_gauges(view.name, cid, seen)
 
