@@ -10,11 +10,12 @@ tansu's high watermark right for everything before it (see ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -172,6 +173,24 @@ class Feed(threading.Thread):
                 # producer stops it from reconnecting to a dead cluster.
                 del self._producers[gone]
             return len(self.sent)
+
+    @property
+    def targets(self) -> list[str]:
+        """The clusters (bootstrap addresses) chunks go to now."""
+        with self._lock:
+            return list(self._targets)
+
+    @contextlib.contextmanager
+    def held(self, *, fenced: bool = False) -> Iterator[int]:
+        """Produce nothing while inside (the chunk in flight ends first);
+        yields the first sequence number produced afterwards. With
+        ``fenced``, first fence every target, each the same way, so mirrors
+        keep the same offsets and every high watermark is exact."""
+        with self._lock:
+            if fenced:
+                for bootstrap in self._targets:
+                    fence(bootstrap, self.topic, self.partitions)
+            yield len(self.sent)
 
     def margin_window(
         self, read_from_primary: Iterable[int], cut: int, margin_ms: int, slack_ms: int = 1000
