@@ -76,6 +76,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.leaks
 	$(PY) -m benchmarks.failover_gap
 	$(PY) -m benchmarks.takeover
+	$(PY) -m benchmarks.soak
 	$(PY) -m benchmarks.footprint
 	$(PY) -m benchmarks.spark_env
 	$(PY) -m benchmarks.spark_versions

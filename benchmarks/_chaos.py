@@ -14,7 +14,11 @@ PostgreSQL storage (``--storage-engine postgres://`` answers
 A killed broker is therefore a lost cluster: it is failed over from if it was
 ACTIVE, removed from the stream, and a fresh cluster joins as a new STANDBY
 under a new id (a cluster that comes back empty must not take the old one's
-id: queries remember where they left a removed cluster).
+id: queries remember where they left a removed cluster). The fresh cluster is
+made an exact mirror first (:meth:`Feed.mirror_to` copies every record sent,
+with its record time, and the fences where they were), so ``identity``
+failovers to it are sound; ``timestamp`` ones only once the copy is older
+than the margin by far, since tansu looks times up by append time.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
 
 from benchmarks._common import wait_until
 from benchmarks._processes import usage
@@ -56,14 +62,27 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def end_offsets(bootstrap: str) -> list[int]:
+    """The high watermark of each partition of the topic on one cluster."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak-check"})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+
+
 @dataclass
 class Member:
     """One Kafka cluster of the stream."""
 
     id: str
     broker: TansuBroker
-    #: The first sequence number it holds, and when it got it: clusters born
-    #: together (the first three) hold the same records at the same offsets.
+    #: The first sequence number it holds (0: every record, at the same
+    #: offsets as every other cluster), and when it got there (a copy's
+    #: append times are the copy's).
     born: int
     born_ms: int
     state: str = "STANDBY"
@@ -210,6 +229,16 @@ class World:
 
         wait_until(switched, RECOVER_S, f"the query moving from {old} to {new}", 0.2)
 
+    def check_mirrors(self) -> None:
+        """Every cluster holds the same records at the same offsets: with the
+        feed held and fenced (exact high watermarks), the same end offsets;
+        RuntimeError if not."""
+        assert self.feed is not None
+        with self.feed.held(fenced=True):
+            ends = {m.id: end_offsets(m.broker.bootstrap) for m in self.members}
+        if len(set(map(tuple, ends.values()))) != 1:
+            raise RuntimeError(f"the clusters are not exact mirrors: end offsets {ends}")
+
     # -- coordinator replicas --------------------------------------------------------
 
     def leader(self, timeout_s: float = RECOVER_S) -> CoordinatorProcess:
@@ -284,6 +313,7 @@ class Faults:
         self.t0 = t0
         self.reads_on = reads_on
         self._strategy = 0
+        self._broker_kills = 0
 
     def _event(self, kind: str) -> Event:
         return Event(kind, time.monotonic() - self.t0)
@@ -344,7 +374,7 @@ class Faults:
         # The member stays down this long while the query runs on (the scenario).
         time.sleep(down)
         member.process.start()
-        wait_until(member._healthy, 60, f"etcd member {member.name} healthy", 0.2)
+        wait_until(member.healthy, 60, f"etcd member {member.name} healthy", 0.2)
         self.w.leader()
         e.detail = f"kill -9 etcd member {member.name}, restarted after {down} s"
         return e
@@ -370,7 +400,7 @@ class Faults:
     def eligible(self, strategy: str, source: Member, first_unread: int) -> list[Member]:
         """Standbys a failover from ``source`` with ``strategy`` may go to
         without losing a record: ``identity`` needs the same records at the
-        same offsets (born together); ``timestamp`` needs every record the
+        same offsets (every record from the first); ``timestamp`` needs every record the
         query has not read, well before the margin."""
         ok = []
         for m in self.w.standbys():
@@ -481,8 +511,10 @@ class Faults:
         ACTIVE one is failed over from (when no standby can take over without
         a loss, a standby's broker dies instead)."""
         e = self._event("broker_kill")
-        victim = self.w.members[pick % len(self.w.members)]
-        if victim.state == "ACTIVE" and not any(
+        # The ACTIVE cluster's broker and a standby's in turn, the ACTIVE first.
+        self._broker_kills += 1
+        victim = self.w.active()
+        if self._broker_kills % 2 == 0 or not any(
             self.eligible(s, victim, first_unread) for s in STRATEGIES
         ):
             victim = self.w.standbys()[pick % len(self.w.standbys())]
@@ -497,10 +529,17 @@ class Faults:
         self.w.members.remove(victim)
         victim.broker.stop()
         self.w.put()
+        # A fresh cluster, made an exact mirror from the producers' log (the
+        # way a mirror is re-seeded), joins as a standby.
         fresh = self.w._new_member(born=0)
-        fresh.born = self.feed.route([*others, fresh.broker.bootstrap])
+        copied = time.monotonic()
+        self.feed.mirror_to(fresh.broker.bootstrap)
         fresh.born_ms = now_ms()
         self.w.members.append(fresh)
+        self.w.check_mirrors()
         self.w.put()
-        e.detail = f"{what}; {victim.id} removed, fresh {fresh.id} joins as STANDBY"
+        e.detail = (
+            f"{what}; {victim.id} removed, fresh {fresh.id} mirrored "
+            f"({len(self.feed.sent):,} records, {time.monotonic() - copied:.1f} s) joins as STANDBY"
+        )
         return e

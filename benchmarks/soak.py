@@ -476,7 +476,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     tl = result["timeline"]
     t = [p["t"] for p in tl]
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    fig, ax = plt.subplots(figsize=(14, 5))
     ax.plot(t, [p["sent"] - p["read"] for p in tl], color="tab:blue", label="read lag (records)")
     ax.set_xlabel("seconds since the query started")
     ax.set_ylabel("records sent, not yet read")
@@ -485,10 +485,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
     dup.set_ylabel("records read twice (cumulative)")
     colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(FAULTS)}
     top = ax.get_ylim()[1]
-    for e in result["events"]:
-        ax.axvline(e["start_s"], color=colours.get(e["kind"], "grey"), alpha=0.6, lw=1)
+    for i, e in enumerate(result["events"]):
+        colour = colours.get(e["kind"], "grey") if e["ok"] else "red"
+        ax.axvline(e["start_s"], color=colour, alpha=0.7, lw=1)
+        # A fault that lasts (a pause, a member down, a drain): its span shaded.
+        ax.axvspan(e["start_s"], max(e["end_s"], e["start_s"]), color=colour, alpha=0.12)
         label = e["kind"] + (f" ({e['strategy']})" if e["strategy"] else "")
-        ax.text(e["start_s"], top, label, rotation=90, fontsize=6, va="top", ha="right")
+        # Three heights in turn, so neighbours' labels do not overlap.
+        ax.text(
+            e["start_s"], top * (1 - 0.2 * (i % 3)), label, rotation=90, fontsize=6,
+            va="top", ha="right", color=colour,
+        )  # fmt: skip
     lines = ax.get_legend_handles_labels()
     more = dup.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=8)

@@ -13,6 +13,8 @@ process holds one Spark. Real etcd, tansu, coordinators and Spark."""
 from __future__ import annotations
 
 import multiprocessing
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,11 @@ SEED = 7
 
 
 def _soak(minutes: float, seed: int, work_dir: str) -> dict[str, Any]:
+    """In the child: the soak, stopping what it started when the pool is
+    terminated (a test that times out), as it does when it ends."""
     from benchmarks.soak import run_soak
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     return run_soak(minutes, seed, work_dir=Path(work_dir))
 
 
