@@ -16,8 +16,10 @@ The schedule (``random.Random(seed)``, printed and saved) goes through the
 fault kinds in rounds, each round in a random order, with random gaps:
 the leader killed (``kill -9``, then restarted) or frozen (SIGSTOP past its
 lease, then SIGCONT), an etcd member killed and restarted, a broker killed
-(memory storage: its cluster is lost, failed over from if ACTIVE, replaced
-by a fresh STANDBY), a Spark Python worker killed (Spark retries the task),
+(the ACTIVE cluster's and a standby's in turn; memory storage, so its
+cluster is lost: failed over from if ACTIVE, removed, and replaced by a
+fresh cluster made an exact mirror, as a STANDBY), a Spark Python worker
+killed (Spark retries the task),
 failovers (strategies of ``STRATEGIES`` in turn), migrations (drain the
 ACTIVE cluster, activate a standby), drains overlapping an activation, and
 metadata edits (the document put again with a property changed).
@@ -393,6 +395,7 @@ def run_soak(
     every check passed). Without ``spark``, starts a local one (tasks tried
     up to 4 times: a killed Python worker fails its task once)."""
     quiet_logs()
+    facts = machine()
     own_spark = spark is None
     if spark is None:
         from multikafka.devstack.spark import local_spark
@@ -426,7 +429,7 @@ def run_soak(
     for e in soak.events:
         kinds[e.kind] = kinds.get(e.kind, 0) + 1
     return {
-        "machine": machine(),
+        "machine": facts,
         "seed": seed,
         "minutes": minutes,
         "strategies": list(STRATEGIES),
