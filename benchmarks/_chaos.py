@@ -27,7 +27,6 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,10 +307,9 @@ class Faults:
     and returning an :class:`Event` whose ``detail`` says what it did. Each
     returns once the system recovered (one leader, the stream in its shape)."""
 
-    def __init__(self, world: World, t0: float, reads_on: Callable[[int, float], None]) -> None:
+    def __init__(self, world: World, t0: float) -> None:
         self.w = world
         self.t0 = t0
-        self.reads_on = reads_on
         self._strategy = 0
         self._broker_kills = 0
 
@@ -400,15 +398,20 @@ class Faults:
     def eligible(self, strategy: str, source: Member, first_unread: int) -> list[Member]:
         """Standbys a failover from ``source`` with ``strategy`` may go to
         without losing a record: ``identity`` needs the same records at the
-        same offsets (every record from the first); ``timestamp`` needs every record the
-        query has not read, well before the margin."""
+        same offsets (every record from the first); ``timestamp`` needs every
+        record the query has not read, appended well before the margin. A
+        strategy added to ``STRATEGIES`` needs its rule here (and its bound
+        of duplicates in :meth:`_failover`)."""
         ok = []
         for m in self.w.standbys():
             if strategy == "identity":
                 if m.born == source.born:
                     ok.append(m)
-            elif m.born <= first_unread and m.born_ms <= now_ms() - 10 * MARGIN_MS:
-                ok.append(m)
+            elif strategy == "timestamp":
+                if m.born <= first_unread and m.born_ms <= now_ms() - 10 * MARGIN_MS:
+                    ok.append(m)
+            else:
+                raise ValueError(f"no rule for failover strategy {strategy!r} in Faults.eligible")
         return ok
 
     def _failover(
@@ -431,6 +434,8 @@ class Faults:
         if cut is None:
             cut = len(self.feed.sent)
         e.strategy = strategy
+        # What this failover may read twice: timestamp, the margin before the
+        # last record read from the source; identity, nothing.
         e.bound = ("margin", source.id, cut, MARGIN_MS) if strategy == "timestamp" else None
         source.state, target.state = "FAILED", "ACTIVE"
         self.w.wait_switched(source.id, target.id)

@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import os
 import random
+import shutil
 import sys
 import threading
 import time
@@ -213,7 +214,7 @@ class Soak:
         wait_until(lambda: self.reads.distinct >= target, timeout_s, f"{more} more records read")
 
     def run(self, progress: Any) -> None:
-        faults = Faults(self.world, self.t0, self.reads_on)
+        faults = Faults(self.world, self.t0)
         total = self.minutes * 60
         task = progress.add_task("soak", total=int(total), note="warm-up")
         end = self.t0 + total - TAIL_S
@@ -425,6 +426,11 @@ def run_soak(
         with console.status("stopping the feed, reading the rest"):
             sent = soak.finish()
         verdict = soak.verify(sent)
+    if work_dir is None:
+        if verdict["ok"]:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            console.print(f"logs of every process (kept): {work}")
     kinds: dict[str, int] = {}
     for e in soak.events:
         kinds[e.kind] = kinds.get(e.kind, 0) + 1
