@@ -35,6 +35,7 @@ import contextlib
 import os
 import random
 import shutil
+import statistics
 import sys
 import threading
 import time
@@ -345,8 +346,8 @@ class Soak:
 
 def coordinator_growth(samples: list[dict[str, Any]], total_s: float) -> dict[str, Any]:
     """Per replica process and role (a leader holds clients a standby does
-    not): its threads, fds and RSS at its first settled sample in that role
-    and at its last. Settled: ``SETTLE_S`` after the process started and
+    not): its threads, fds and RSS over its first three settled samples in
+    that role and over its last three (medians; samples every 5 s). Settled: ``SETTLE_S`` after the process started and
     after its role last changed. At least one must be measured over half
     the soak, or the check fails (it would say nothing)."""
     per: list[dict[str, Any]] = []
@@ -362,17 +363,20 @@ def coordinator_growth(samples: list[dict[str, Any]], total_s: float) -> dict[st
             if s["t"] - changed >= SETTLE_S and s["role"] in ("leader", "standby"):
                 settled.setdefault(s["role"], []).append(s)
         for role, rs in settled.items():
-            base, last = rs[0], rs[-1]
-            if base is last:
+            if len(rs) < 2:
                 continue
+            # Medians of the first and the last three samples: a leak stays,
+            # a moment's spike (a reconnect, gRPC's pool) does not.
+            base = {k: statistics.median(s[k] for s in rs[:3]) for k in GROWTH_ALLOWED}
+            last = {k: statistics.median(s[k] for s in rs[-3:]) for k in GROWTH_ALLOWED}
             delta = {k: last[k] - base[k] for k in GROWTH_ALLOWED}
             per.append(
                 {
-                    "replica": last["replica"],
+                    "replica": rs[-1]["replica"],
                     "pid": pid,
                     "role": role,
-                    "from_s": round(base["t"], 1),
-                    "to_s": round(last["t"], 1),
+                    "from_s": round(rs[0]["t"], 1),
+                    "to_s": round(rs[-1]["t"], 1),
                     "start": {k: round(base[k], 1) for k in GROWTH_ALLOWED},
                     "end": {k: round(last[k], 1) for k in GROWTH_ALLOWED},
                     "growth": {k: round(v, 1) for k, v in delta.items()},

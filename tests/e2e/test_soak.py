@@ -12,6 +12,7 @@ process holds one Spark. Real etcd, tansu, coordinators and Spark."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import signal
 import sys
@@ -41,6 +42,8 @@ def test_chaos_soak_three_minutes(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(1) as pool:
         result = pool.apply(_soak, (MINUTES, SEED, str(tmp_path)))
+    # Everything the soak saw, next to its processes' logs (kept by pytest for a while).
+    (tmp_path / "soak.json").write_text(json.dumps(result, indent=1))
     failed = [e for e in result["events"] if not e["ok"]]
     assert not failed, f"faults that did not recover: {failed}"
     # Every kind of fault ran (the schedule goes through all of them in rounds).
@@ -57,5 +60,8 @@ def test_chaos_soak_three_minutes(tmp_path: Path) -> None:
     assert len(set(query["run_ids"])) == 1
     growth = result["growth"]
     assert growth["measured_over_half"], growth
-    assert all(r["ok"] for r in growth["replicas"]), growth["replicas"]
+    grew = [
+        (r["replica"], r["role"], r["from_s"], r["to_s"], r["growth"]) for r in growth["replicas"]
+    ]
+    assert all(r["ok"] for r in growth["replicas"]), f"allowed {growth['allowed']}: {grew}"
     assert result["ok"], result["checks"]
