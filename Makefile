@@ -77,6 +77,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.failover_gap
 	$(PY) -m benchmarks.failover_precision
 	$(PY) -m benchmarks.takeover
+	$(PY) -m benchmarks.soak
 	$(PY) -m benchmarks.footprint
 	$(PY) -m benchmarks.spark_env
 	$(PY) -m benchmarks.spark_versions

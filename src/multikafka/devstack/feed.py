@@ -12,11 +12,13 @@ records: :func:`is_stream_key`.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -219,6 +221,8 @@ class Feed(threading.Thread):
         self.mirror = mirror
         #: Whether chunks are still copied to ``mirror``.
         self._copying = mirror is not None
+        #: Where :meth:`held` fenced the targets: len(sent) at the time.
+        self._fences: list[int] = []
 
     def _topic_of(self, bootstrap: str) -> str:
         return self.mirror.topic if self.mirror and bootstrap == self.mirror.mirror else self.topic
@@ -234,6 +238,75 @@ class Feed(threading.Thread):
                 # producer stops it from reconnecting to a dead cluster.
                 del self._producers[gone]
             return len(self.sent)
+
+    @property
+    def targets(self) -> list[str]:
+        """The clusters (bootstrap addresses) chunks go to now."""
+        with self._lock:
+            return list(self._targets)
+
+    @contextlib.contextmanager
+    def held(self, *, fenced: bool = False) -> Iterator[int]:
+        """Produce nothing while inside (the chunk in flight ends first);
+        yields the first sequence number produced afterwards. With
+        ``fenced``, first fence every target, each the same way, so mirrors
+        keep the same offsets and every high watermark is exact."""
+        with self._lock:
+            if fenced:
+                for bootstrap in self._targets:
+                    fence(bootstrap, self._topic_of(bootstrap), self.partitions)
+                self._fences.append(len(self.sent))
+            yield len(self.sent)
+
+    def mirror_to(self, bootstrap: str, *, held_below: int = 5000) -> None:
+        """Make a new (empty) cluster an exact mirror and a target: every
+        record sent so far, each to its partition with its record time, and
+        the fences of :meth:`held` where they were, so its offsets are the
+        other targets'; then every chunk from now on. The bulk is copied
+        while the feed goes on; the last ``held_below`` records or fewer
+        with the feed held. (Record times are kept; a broker's append times,
+        which tansu looks times up by, are those of the copy.)"""
+        producer = SequenceProducer(bootstrap)
+        done, fenced = 0, 0
+        try:
+            while True:
+                with self._lock:
+                    upto, fences = len(self.sent), list(self._fences)
+                    if upto - done <= held_below:
+                        self._copy(producer, bootstrap, done, upto, fences[fenced:])
+                        self._targets.append(bootstrap)
+                        return
+                    sent = self.sent[done:upto]
+                n = sum(1 for f in fences[fenced:] if f <= upto)
+                self._copy(producer, bootstrap, done, upto, fences[fenced : fenced + n], sent)
+                done, fenced = upto, fenced + n
+        finally:
+            producer.close()
+
+    def _copy(
+        self,
+        producer: SequenceProducer,
+        bootstrap: str,
+        lo: int,
+        hi: int,
+        fences: list[int],
+        sent: list[tuple[int, int]] | None = None,
+    ) -> None:
+        """Records ``lo``..``hi - 1`` to ``bootstrap`` with their record
+        times, fencing every partition where ``fences`` say (in order)."""
+        records = sent if sent is not None else self.sent[lo:hi]
+        cuts = [f for f in fences if lo <= f <= hi]
+        at = lo
+        for end in [*cuts, hi]:
+            for ts, group in itertools.groupby(records[at - lo : end - lo], key=lambda r: r[1]):
+                producer.produce(
+                    self.topic, self.partitions, self.label, (s for s, _ in group), timestamp_ms=ts
+                )
+            producer.flush()
+            if end in cuts:
+                fence(bootstrap, self.topic, self.partitions)
+                cuts.remove(end)
+            at = end
 
     def margin_window(
         self, read_from_primary: Iterable[int], cut: int, margin_ms: int, slack_ms: int = 1000

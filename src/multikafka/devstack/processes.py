@@ -218,6 +218,10 @@ class EtcdServer:
             raise UnavailableError(f"etcd did not start:\n{self.process.tail()}") from None
         return self
 
+    def healthy(self) -> bool:
+        """Whether it answers ``/health`` as healthy (a member: with a quorum)."""
+        return self._healthy()
+
     def _healthy(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.url}/health", timeout=1) as resp:

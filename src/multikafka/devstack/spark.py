@@ -13,7 +13,11 @@ if TYPE_CHECKING:
 
 
 def local_spark(
-    app_name: str = "multikafka", *, cores: int = 2, connect_port: int | None = None
+    app_name: str = "multikafka",
+    *,
+    cores: int = 2,
+    connect_port: int | None = None,
+    max_failures: int = 1,
 ) -> SparkSession:
     """``local[cores]`` Spark whose Python workers run this interpreter.
     With ``connect_port``, the same Spark also serves Spark Connect on
@@ -23,6 +27,10 @@ def local_spark(
     Start it before any gRPC server or channel is active in this process:
     launching the JVM forks, and gRPC's fork handlers break a fork taken while
     its threads run (set ``GRPC_ENABLE_FORK_SUPPORT=0`` to be safe either way).
+
+    ``max_failures``: attempts of a task before its job fails. Local mode
+    ignores ``spark.task.maxFailures`` and tries once unless the master says
+    otherwise (``local[N,F]``); a cluster's default is 4.
     """
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -31,7 +39,9 @@ def local_spark(
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(
+            f"local[{cores}]" if max_failures == 1 else f"local[{cores},{max_failures}]"
+        )
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         # Its console progress bars would write over the caller's output.

