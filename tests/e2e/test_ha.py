@@ -207,6 +207,37 @@ def test_frozen_leader_steps_down_without_writing(ha: HA) -> None:
     assert new.metric("multikafka_fenced_writes_total") == fenced_before
 
 
+def test_calls_to_a_frozen_leader_move_on_within_the_keepalive(ha: HA) -> None:
+    """A leader frozen (SIGSTOP) keeps its TCP connections but answers no
+    ping: a call waiting on it gives up within the clients' keepalive and
+    goes to the replica that leads now, long before the freeze ends or its
+    attempt times out (30 s)."""
+    ha.start_replicas(2)
+    (cluster,) = ha.kafka.shared(1)
+    name = ha.stream(cluster.bootstrap)
+    old = ha.leader()
+    with ha.admin() as admin:
+        admin.get_stream(name)  # connected to the leader
+        old.pause()
+        try:
+            frozen = time.monotonic()
+            admin.drain(name, "a")  # only the leader does this
+            took = time.monotonic() - frozen
+        finally:
+            old.resume()
+    # A frozen replica is dropped after a ping's interval and timeout (3 s
+    # each); the call may meet it twice (a standby that has not seen the
+    # new leader yet still names it), then the new leader answers. Without
+    # the keepalive the call waited its whole attempt (30 s) and failed.
+    assert took <= TTL + 2 * 6 + 1, f"the call took {took:.1f}s"
+    assert any(e.kind == "drain" for e in admin_history(ha, name))
+
+
+def admin_history(ha: HA, name: str) -> list[Any]:
+    with ha.admin() as admin:
+        return list(admin.history(name))
+
+
 def report(replica: CoordinatorProcess, stream: str, *, offset: int) -> None:
     """Report a read mark of split a/t/0 to ``replica`` (as an agent would)."""
     with grpc.insecure_channel(replica.address) as channel:

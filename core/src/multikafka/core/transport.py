@@ -64,11 +64,24 @@ _SERVICE_CONFIG = json.dumps(
 #: Between attempts of one call (moving between replicas included).
 CALL_BACKOFF = Backoff(first_s=0.1, max_s=1.0)
 
+#: A ping every this often on every connection; a peer that does not answer
+#: one within :data:`KEEPALIVE_TIMEOUT_MS` is dropped and the call moves on.
+KEEPALIVE_TIME_MS = 3_000
+KEEPALIVE_TIMEOUT_MS = 3_000
+
 _OPTIONS = (
     # Keep idle connections alive through NATs and load balancers, and notice
-    # a dead peer within seconds instead of at the next call.
-    ("grpc.keepalive_time_ms", 10_000),
+    # a dead or frozen peer within seconds: a coordinator stopped (SIGSTOP, a
+    # long GC pause) keeps its TCP connections open but answers no ping, and
+    # a call waiting on it would otherwise wait its whole attempt timeout
+    # while another replica already leads.
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # Any ping (gRPC's own bandwidth probes too) unanswered this long drops
+    # the connection; the default, a minute, holds keepalive back meanwhile.
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 1),
     ("grpc.service_config", _SERVICE_CONFIG),
 )

@@ -55,7 +55,10 @@ async def start_grpc_server(
         options=[
             ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
             ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+            # Clients ping every 3 s (multikafka.core.transport), during long
+            # calls too: never answer them with "too many pings".
+            ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
+            ("grpc.http2.max_ping_strikes", 0),
         ],
     )
     admin_pb2_grpc.add_AdminServicer_to_server(
