@@ -102,6 +102,25 @@ class Run:
             return min((t for t, c in self.batches if c.get(cluster)), default=float("nan"))
 
 
+def failover_world(cleanup: ExitStack, name: str) -> tuple[Any, LocalStack]:
+    """A Spark session and the stack a failover run needs (etcd, the mirror
+    cluster, a coordinator that notices an unreachable cluster quickly),
+    both stopped by ``cleanup``."""
+    with console.status("starting Spark"):
+        spark = local_spark(name)
+    cleanup.callback(spark.stop)
+    with console.status("starting etcd, mirror cluster, coordinator"):
+        stack = cleanup.enter_context(
+            local_stack(
+                ("mirror",),
+                discovery_interval_s=0.5,
+                cluster_timeout_s=1.0,
+                unreachable_backoff_s=0.5,
+            )
+        )
+    return spark, stack
+
+
 def one_run(
     spark: Any,
     stack: LocalStack,
@@ -302,20 +321,9 @@ def main() -> None:
     args = parser.parse_args()
     quiet_logs()
     out = resolve_out(args.out)
-    with console.status("starting Spark"):
-        spark = local_spark("failover-gap")
     results: list[dict[str, Any]] = []
     with ExitStack() as cleanup:
-        cleanup.callback(spark.stop)
-        with console.status("starting etcd, mirror cluster, coordinator"):
-            stack = cleanup.enter_context(
-                local_stack(
-                    ("mirror",),
-                    discovery_interval_s=0.5,
-                    cluster_timeout_s=1.0,
-                    unreachable_backoff_s=0.5,
-                )
-            )
+        spark, stack = failover_world(cleanup, "failover-gap")
         with AdminClient(stack.coordinator_address) as admin:
             for i, mode in enumerate(
                 [m for m in ("admin", "automatic") for _ in range(args.repeat)]

@@ -45,10 +45,8 @@ from benchmarks._common import (
     quiet_logs,
     summary,
 )
-from benchmarks.failover_gap import one_run
+from benchmarks.failover_gap import failover_world, one_run
 from multikafka.core.admin_client import AdminClient
-from multikafka.devstack.spark import local_spark
-from multikafka.devstack.stack import local_stack
 
 MARGIN_MS = 2000
 #: Records read from the primary before it dies (about 5 s of the feed):
@@ -129,20 +127,9 @@ def main() -> None:
     parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
     args = parser.parse_args()
     quiet_logs()
-    with console.status("starting Spark"):
-        spark = local_spark("failover-precision")
     runs: list[dict[str, Any]] = []
     with ExitStack() as cleanup:
-        cleanup.callback(spark.stop)
-        with console.status("starting etcd, mirror cluster, coordinator"):
-            stack = cleanup.enter_context(
-                local_stack(
-                    ("mirror",),
-                    discovery_interval_s=0.5,
-                    cluster_timeout_s=1.0,
-                    unreachable_backoff_s=0.5,
-                )
-            )
+        spark, stack = failover_world(cleanup, "failover-precision")
         admin = cleanup.enter_context(AdminClient(stack.coordinator_address))
         order = [case for _ in range(args.repeat) for case in CASES]  # alternating
         with progress_bar() as progress:
