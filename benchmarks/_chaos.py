@@ -34,7 +34,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from benchmarks._common import wait_until
-from benchmarks._processes import proc_table, usage
+from benchmarks._processes import usage
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
 from multikafka.devstack.feed import Feed, create_topics
@@ -278,17 +278,26 @@ class World:
         children of the ``pyspark.daemon`` of ``pyspark.worker`` the JVM
         started (it forks one per task slot; reused between tasks)."""
         jvm = self.spark.sparkContext._gateway.proc.pid
-        table = proc_table()
         children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
+        cmdlines: dict[int, str] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+            cmdlines[int(entry)] = cmd
         # The daemon of task workers (the JVM starts others for the data
         # source's planning, ``pyspark.daemon pyspark.sql.worker.…``, and the
         # streaming source's runner: the driver's side, not tasks).
         daemons = [
             p
             for p in children.get(jvm, [])
-            if table[p][2].split()[-2:] == ["pyspark.daemon", "pyspark.worker"]
+            if cmdlines.get(p, "").split()[-2:] == ["pyspark.daemon", "pyspark.worker"]
         ]
         return sorted(w for d in daemons for w in children.get(d, []))
 

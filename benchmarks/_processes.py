@@ -584,22 +584,3 @@ class AgentsProcess(Remote):
     def __init__(self, name: str, *, own_connections: bool = True, nice: int = 0) -> None:
         super().__init__(Child(name, agents_main, own_connections, nice))
         self.ids: list[str] = []
-
-
-def proc_table() -> dict[int, tuple[int, float, str]]:
-    """pid -> (parent pid, CPU seconds used, command line) of every process.
-    CPU includes reaped children (pyspark's daemon reaps the workers it forks)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    table: dict[int, tuple[int, float, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        used = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-        table[int(entry)] = (int(fields[1]), used / tick, cmd)
-    return table

@@ -85,7 +85,6 @@ from benchmarks._common import (
     resolve_out,
     summary,
 )
-from benchmarks._processes import proc_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -444,6 +443,25 @@ def read_agent(
     )
 
 
+def _proc_table() -> dict[int, tuple[int, float, str]]:
+    """pid -> (parent pid, CPU seconds used, command line) of every process.
+    CPU includes reaped children (pyspark's daemon reaps the workers it forks)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    table: dict[int, tuple[int, float, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        used = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        table[int(entry)] = (int(fields[1]), used / tick, cmd)
+    return table
+
+
 def descendants(root: int, table: dict[int, tuple[int, float, str]]) -> list[int]:
     """``root`` and every process below it."""
     children: dict[int, list[int]] = {}
@@ -473,7 +491,7 @@ def _role(pid: int, cmd: str) -> str:
 
 def cpu_snapshot() -> dict[int, tuple[str, float]]:
     """pid -> (role, CPU seconds used so far) of this process and its descendants."""
-    table = proc_table()
+    table = _proc_table()
     return {
         pid: (_role(pid, table[pid][2]), table[pid][1])
         for pid in descendants(os.getpid(), table)
@@ -773,7 +791,7 @@ def pyspy_spark(spark: SparkSession, setup: Setup, top: int = 20) -> dict[str, A
     exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not Path(exe).exists():
         raise FileNotFoundError("py-spy not found: pip install py-spy")
-    table = proc_table()
+    table = _proc_table()
     mine = descendants(os.getpid(), table)
     daemons = {p for p in mine if p in table and "pyspark.daemon" in table[p][2]}
     managers = sorted(p for p in daemons if table[p][0] not in daemons)
