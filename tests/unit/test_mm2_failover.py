@@ -172,6 +172,34 @@ async def test_a_new_leader_translates_with_the_summary_and_reads_on(mirrored: P
     )
 
 
+def open_readers(parts: Parts) -> set[str]:
+    """The readers the leader holds open on each fake cluster client."""
+    clients = [parts.discovery.client("s", c) for c in ("a", "b")]
+    return {key[0] for cc in clients if cc is not None for key in cc.client.read_at}  # type: ignore[attr-defined]
+
+
+async def test_a_mirror_s_readers_close_when_its_replication_changes_or_it_goes(
+    mirrored: Parts,
+) -> None:
+    write_checkpoint(mirrored, Checkpoint("g", "a.t", 1, 3, 103))
+    await mirrored.duties.syncs.poll()
+    assert open_readers(mirrored) == {"s/b/offset syncs", "s/b/checkpoints"}
+    # Another replication (another alias: other topics): the old readers go.
+    mirrored.kafka.cluster(A).append_internal("mm2-offset-syncs.west.internal", *sync(0, 1, 2)[:2])
+    await mirrored.put(doc(target_alias="west"))
+    await mirrored.duties.syncs.poll()
+    assert {k for k in mirrored.discovery.client("s", "a").client.read_at} == {  # type: ignore[union-attr]
+        ("s/b/offset syncs", "mm2-offset-syncs.west.internal", 0)
+    }
+    # No mirror any more: nothing is read, nothing held.
+    plain = doc()
+    del plain["clusters"]["b"]["mm2"]
+    plain["clusters"]["b"]["topics"] = ["t"]
+    await mirrored.put(plain)
+    await mirrored.duties.syncs.poll()
+    assert open_readers(mirrored) == set()
+
+
 async def test_records_that_are_no_syncs_are_skipped(mirrored: Parts) -> None:
     cluster = mirrored.kafka.cluster(A)
     cluster.append_internal(SYNCS, b"garbage", b"\x00")

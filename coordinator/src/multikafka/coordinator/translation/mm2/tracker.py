@@ -54,6 +54,9 @@ from multikafka.core.model import ClusterState, SplitId
 
 logger = logging.getLogger(__name__)
 
+#: What the leader tails per mirror (each a reader of the metadata client,
+#: named by :func:`_reader`): MM2's offset syncs and its checkpoints.
+SYNCS, CHECKPOINTS = "offset syncs", "checkpoints"
 #: Records read from one offset-syncs topic per poll.
 MAX_RECORDS_PER_POLL = 50_000
 #: Syncs per partition in the summary in etcd: the newest ones kept (at
@@ -104,6 +107,11 @@ class _Mirror:
 def _summary(kept: tuple[OffsetSync, ...]) -> tuple[OffsetSync, ...]:
     """The syncs of a partition written to etcd (newest first)."""
     return kept if len(kept) <= SUMMARY_SYNCS + 1 else (*kept[:SUMMARY_SYNCS], kept[-1])
+
+
+def _reader(stream: str, mirror: str, kind: str) -> str:
+    """The metadata client's reader that tails ``kind`` for ``mirror``."""
+    return f"{stream}/{mirror}/{kind}"
 
 
 def _topic_partition(key: str) -> tuple[str, int]:
@@ -247,8 +255,8 @@ class MirrorSyncs:
 
     def _close_readers(self, stream: str, cid: str) -> None:
         for cc in self._discovery.clients(stream):
-            for kind in ("syncs", "checkpoints"):
-                cc.client.close_reader(f"{stream}/{cid}/{kind}")
+            for kind in (SYNCS, CHECKPOINTS):
+                cc.client.close_reader(_reader(stream, cid, kind))
 
     async def _tail(
         self,
@@ -263,7 +271,7 @@ class MirrorSyncs:
         FAILED, unreachable, or the topic does not exist)."""
         spec = view.spec.clusters.get(holder)
         cc = self._discovery.client(view.name, holder)
-        reader = f"{view.name}/{cid}/{kind}"
+        reader = _reader(view.name, cid, kind)
         if spec is None or spec.state is ClusterState.FAILED:
             if cc is not None:  # dead: keep what was read, stop reconnecting to it
                 cc.client.close_reader(reader)
@@ -293,7 +301,7 @@ class MirrorSyncs:
             view,
             cid,
             mirror.spec.syncs_cluster(cid),
-            "offset syncs",
+            SYNCS,
             mirror.spec.offset_syncs_topic,
             dict(mirror.positions),
         )
@@ -320,7 +328,7 @@ class MirrorSyncs:
         if records:
             self._dirty.add(view.name)
         remote = set(view.spec.clusters[cid].topics)
-        for r in await self._tail(view, cid, cid, "checkpoints", mirror.spec.checkpoints_topic, {}):
+        for r in await self._tail(view, cid, cid, CHECKPOINTS, mirror.spec.checkpoints_topic, {}):
             try:
                 cp = Checkpoint.decode(r.key or b"", r.value or b"")
             except ValueError:
