@@ -16,7 +16,10 @@ components here: :attr:`LeaderDuties.batches` (Planner),
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 
 from multikafka.coordinator.agents.link import AgentLink
@@ -38,6 +41,9 @@ from multikafka.coordinator.translation import Abandonments, FailoverTranslator,
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 
 logger = logging.getLogger(__name__)
+
+#: How long each part of a term may take to stop before the others go on.
+STOP_PART_S = 10.0
 
 
 class LeaderDuties:
@@ -125,14 +131,36 @@ class LeaderDuties:
 
     async def stop(self) -> None:
         """Stop everything of this term (writes still pending are tried once;
-        a deposed leader's are refused by the fence)."""
-        await self.lifecycle.stop()
-        self.reconciler.stop()
-        await self.registry.stop()
-        await self.marks.stop()
-        await self.syncs.stop()
-        await self.history.stop()
-        await self.discovery.close()
+        a deposed leader's are refused by the fence). Each part gets
+        ``STOP_PART_S``: one that fails or hangs (a flush to an etcd that does
+        not answer) is logged and left, and the parts after it still stop, so
+        a deposed leader keeps no clients, threads or connections."""
+        started = time.monotonic()
+
+        async def reconciler() -> None:
+            self.reconciler.stop()
+
+        parts: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("cluster lifecycle", self.lifecycle.stop),
+            ("reconciler", reconciler),
+            ("agent registry", self.registry.stop),
+            ("read marks", self.marks.stop),
+            ("MM2 offset syncs", self.syncs.stop),
+            ("history", self.history.stop),
+            ("cluster clients", self.discovery.close),
+        ]
+        for name, stop in parts:
+            try:
+                await asyncio.wait_for(stop(), STOP_PART_S)
+            except asyncio.TimeoutError:
+                logger.warning(
+                    "stopping the leader's %s took over %.0f s; left behind", name, STOP_PART_S
+                )
+            except Exception:
+                logger.exception("stopping the leader's %s failed; left behind", name)
+        logger.info(
+            "the leader's duties stopped", extra={"seconds": round(time.monotonic() - started, 2)}
+        )
 
     def _shrunk(self, stream: str, cluster: str, topic: str, known: int, seen: int) -> None:
         self.metrics.shrunk.labels(stream, cluster).inc()
