@@ -23,7 +23,12 @@ import pytest
 
 from benchmarks.soak import FAULTS
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(420)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.spark,
+    pytest.mark.soak,
+    pytest.mark.timeout(420),
+]
 
 MINUTES = 3.0
 SEED = 7
