@@ -158,9 +158,7 @@ class LeaderDuties:
                 )
             except Exception:
                 logger.exception("stopping the leader's %s failed; left behind", name)
-        logger.info(
-            "the leader's duties stopped", extra={"seconds": round(time.monotonic() - started, 2)}
-        )
+        logger.info("the leader's duties stopped in %.1f s", time.monotonic() - started)
 
     def _shrunk(self, stream: str, cluster: str, topic: str, known: int, seen: int) -> None:
         self.metrics.shrunk.labels(stream, cluster).inc()
