@@ -19,6 +19,12 @@ made an exact mirror first (:meth:`Feed.mirror_to` copies every record sent,
 with its record time, and the fences where they were), so ``identity``
 failovers to it are sound; ``timestamp`` ones only once the copy is older
 than the margin by far, since tansu looks times up by append time.
+
+Every STANDBY is also named MirrorMaker 2's mirror of the ACTIVE cluster in
+the stream (an ``mm2`` block, identity policy), and :class:`MirrorSyncFeed`
+writes MM2's offset syncs for it on the ACTIVE cluster as MM2 would, so
+``mm2`` failovers translate with syncs the leader tailed before the source
+died (a broker kill) or while it lives (a failover).
 """
 
 from __future__ import annotations
@@ -26,18 +32,21 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks._common import wait_until
 from benchmarks._processes import usage
+from multikafka.coordinator.translation.mm2 import OffsetSync
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
 from multikafka.devstack.feed import Feed, create_topics
+from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX
 from multikafka.devstack.stack import stream_doc
 
 STREAM = "soak"
@@ -54,7 +63,16 @@ RECOVER_S = 120.0
 
 #: Failover strategies the soak rotates through; a strategy added to the
 #: product joins here and in :meth:`Faults.eligible`.
-STRATEGIES: tuple[str, ...] = ("timestamp", "identity")
+STRATEGIES: tuple[str, ...] = ("timestamp", "identity", "mm2")
+#: What an ``mm2`` failover may read again: the records sent this long
+#: before the last one read from the failed cluster. A leader that took over
+#: translates with the summary its predecessor left in etcd, written every
+#: 5 s; the syncs themselves follow the records by under a second (written
+#: every ``OFFSET_LAG_MAX`` records, read every 0.2 s).
+MM2_BOUND_MS = 6000
+#: How long a mirror's syncs are written, and named in the stream, before
+#: an ``mm2`` failover to it (the leader reads them every 0.2 s).
+MM2_READY_S = 2.0
 
 
 def now_ms() -> int:
@@ -69,6 +87,28 @@ def end_offsets(bootstrap: str) -> list[int]:
             consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1]
             for p in range(PARTITIONS)
         ]
+    finally:
+        consumer.close()
+
+
+def offset_of(bootstrap: str, topic: str, partition: int, key: str) -> list[int]:
+    """Offsets of the records with ``key`` in one partition (read from the
+    start to the high watermark): where a record the query missed is."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "soak-check", "enable.auto.commit": False}
+    )
+    found: list[int] = []
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        position, deadline = 0, time.monotonic() + 60
+        while position < end and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 1.0):
+                if msg.error() is None:
+                    position = msg.offset() + 1
+                    if msg.key() == key.encode():
+                        found.append(msg.offset())
+        return found
     finally:
         consumer.close()
 
@@ -106,6 +146,8 @@ class Event:
     #: that interval (a drain that overlapped the activation of another).
     bound: tuple[Any, ...] | None = None
     strategy: str = ""
+    #: An mm2 failover's entry in the stream's history (how it translated).
+    note: str = ""
 
 
 class World:
@@ -130,6 +172,13 @@ class World:
         self._next_id = 0
         self.feed: Feed | None = None
         self.admin: AdminClient | None = None
+        #: The cluster the standbys are MM2 mirrors of (the one ACTIVE one).
+        self.mm2_source: str | None = None
+        #: Mirror -> (its source, since when the stream says so), as put.
+        self.mirrors: dict[str, tuple[str, float]] = {}
+        self.syncs: MirrorSyncFeed | None = None
+        #: Cluster id of every broker address the soak started.
+        self.names: dict[str, str] = {}
         #: Added to the ACTIVE cluster's properties and changed by metadata edits.
         self.fetch_wait_ms = 10
 
@@ -154,15 +203,20 @@ class World:
             pause_s=0.1,
         )
         self.feed.start()
+        self.syncs = MirrorSyncFeed(self)
+        self.syncs.start()
 
     def _new_member(self, born: int) -> Member:
         cid = f"c{self._next_id}"
         self._next_id += 1
         broker = TansuBroker(self.work_dir, cid).start()
         create_topics(broker.bootstrap, {TOPIC: PARTITIONS})
+        self.names[broker.bootstrap] = cid
         return Member(cid, broker, born, now_ms())
 
     def stop(self) -> None:
+        if self.syncs is not None:
+            self.syncs.stop()
         if self.feed is not None and self.feed.is_alive():
             with contextlib.suppress(RuntimeError):
                 self.feed.stop()
@@ -191,11 +245,26 @@ class World:
             if m.starting is not None:
                 spec["starting"] = dict(m.starting)
             spec["properties"].update(m.properties)
+            if m.state == "STANDBY" and self.mm2_source not in (None, m.id):
+                # MM2 replicates the ACTIVE cluster into each standby (names
+                # kept: identity policy; syncs on the source, MM2's default).
+                spec["mm2"] = {"source": self.mm2_source, "replication_policy": "identity"}
         return doc
 
     def put(self) -> None:
         assert self.admin is not None
-        self.admin.put_stream(self.doc())
+        actives = [m.id for m in self.members if m.state == "ACTIVE"]
+        if len(actives) == 1:
+            self.mm2_source = actives[0]
+        doc = self.doc()
+        self.admin.put_stream(doc)
+        now = time.monotonic()
+        for cid, spec in doc["clusters"].items():
+            source = spec.get("mm2", {}).get("source")
+            if source is None:
+                self.mirrors.pop(cid, None)
+            elif self.mirrors.get(cid, ("", 0.0))[0] != source:
+                self.mirrors[cid] = (source, now)
 
     def active(self) -> Member:
         (active,) = [m for m in self.members if m.state == "ACTIVE"]
@@ -300,6 +369,93 @@ class World:
             if cmdlines.get(p, "").split()[-2:] == ["pyspark.daemon", "pyspark.worker"]
         ]
         return sorted(w for d in daemons for w in children.get(d, []))
+
+
+class MirrorSyncFeed(threading.Thread):
+    """Writes MirrorMaker 2's offset syncs for the mirrors the stream names:
+    every 0.2 s, for each mirror and partition that moved ``OFFSET_LAG_MAX``
+    records or more since its last sync, the newest record every cluster took
+    (between two chunks, so its copy is on the mirror too), as MM2 would
+    after copying it. The clusters are exact mirrors: a record's offset is
+    the same on each, so a sync maps an offset to itself. Written to
+    ``mm2-offset-syncs.<mirror>.internal`` on the source (MM2's default)."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(name="soak-mm2-syncs", daemon=True)
+        self.w = world
+        self.error: BaseException | None = None
+        self.written = 0
+        self._stop_event = threading.Event()
+        self._producers: dict[str, Producer] = {}
+        self._topics: set[tuple[str, str]] = set()
+        #: (mirror, source, partition) -> upstream offset of its last sync.
+        self._last: dict[tuple[str, str, int], int] = {}
+        #: (mirror, source) -> when its first sync was written.
+        self._since: dict[tuple[str, str], float] = {}
+
+    def ready(self, mirror: str, source: str) -> bool:
+        """The stream has named ``mirror`` a mirror of ``source``, and its
+        syncs have been written, for ``MM2_READY_S`` at least."""
+        named = self.w.mirrors.get(mirror)
+        since = self._since.get((mirror, source))
+        deadline = time.monotonic() - MM2_READY_S
+        return named is not None and named[0] == source and named[1] <= deadline and (
+            since is not None and since <= deadline
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(10)
+        for producer in self._producers.values():
+            producer.flush(2)
+        self._producers.clear()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.wait(0.2):
+                self._round()
+        except BaseException as exc:
+            self.error = exc
+
+    def _round(self) -> None:
+        feed = self.w.feed
+        if feed is None:
+            return
+        members = {m.id: m for m in list(self.w.members)}
+        mirrors = dict(self.w.mirrors)
+        targets, delivered = feed.delivered_now()
+        for mirror, (source, _) in mirrors.items():
+            src, dst = members.get(source), members.get(mirror)
+            if src is None or dst is None:
+                continue
+            bootstrap = src.broker.bootstrap
+            if bootstrap not in targets or dst.broker.bootstrap not in targets:
+                continue  # the feed left one (a broker killed)
+            topic = f"mm2-offset-syncs.{mirror}.internal"
+            for partition, upstream in sorted(delivered.get(bootstrap, {}).items()):
+                key = (mirror, source, partition)
+                if upstream - self._last.get(key, -OFFSET_LAG_MAX) < OFFSET_LAG_MAX:
+                    continue
+                self._write(bootstrap, topic, OffsetSync(TOPIC, partition, upstream, upstream))
+                self._last[key] = upstream
+                self._since.setdefault((mirror, source), time.monotonic())
+        for bootstrap in set(self._producers) - {m.broker.bootstrap for m in members.values()}:
+            self._producers.pop(bootstrap)  # a removed cluster: stop reconnecting
+
+    def _write(self, bootstrap: str, topic: str, sync: OffsetSync) -> None:
+        if (bootstrap, topic) not in self._topics:
+            # MM2 creates it with one partition (compacted).
+            create_topics(bootstrap, {topic: 1})
+            self._topics.add((bootstrap, topic))
+        producer = self._producers.get(bootstrap)
+        if producer is None:
+            producer = self._producers[bootstrap] = Producer(
+                {"bootstrap.servers": bootstrap, "message.timeout.ms": 5000, "linger.ms": 0}
+            )
+        key, value = sync.encode()
+        producer.produce(topic, key=key, value=value, partition=0)
+        producer.poll(0)
+        self.written += 1
 
 
 class Faults:
@@ -408,11 +564,28 @@ class Faults:
                 if m.born == source.born:
                     ok.append(m)
             elif strategy == "timestamp":
-                if m.born <= first_unread and m.born_ms <= now_ms() - 10 * MARGIN_MS:
+                if self._timestamp_sound(m, first_unread):
+                    ok.append(m)
+            elif strategy == "mm2":
+                # Its syncs read by the leader; and a leader that took over
+                # without them falls back to timestamp, which must be sound.
+                syncs = self.w.syncs
+                if (
+                    m.born == source.born
+                    and self._timestamp_sound(m, first_unread)
+                    and syncs is not None
+                    and syncs.ready(m.id, source.id)
+                ):
                     ok.append(m)
             else:
                 raise ValueError(f"no rule for failover strategy {strategy!r} in Faults.eligible")
         return ok
+
+    @staticmethod
+    def _timestamp_sound(m: Member, first_unread: int) -> bool:
+        """Every record the query has not read is on ``m``, appended well
+        before the margin (tansu looks times up by append time)."""
+        return m.born <= first_unread and m.born_ms <= now_ms() - 10 * MARGIN_MS
 
     def _failover(
         self, e: Event, source: Member, pick: int, first_unread: int, cut: int | None
@@ -427,7 +600,7 @@ class Faults:
         else:
             return None
         target = targets[pick % len(targets)]
-        margin = MARGIN_MS if strategy == "timestamp" else None
+        margin = MARGIN_MS if strategy in ("timestamp", "mm2") else None
         self.admin.failover(
             STREAM, source.id, target.id, strategy=strategy, margin_ms=margin, reason="soak"
         )
@@ -435,10 +608,23 @@ class Faults:
             cut = len(self.feed.sent)
         e.strategy = strategy
         # What this failover may read twice: timestamp, the margin before the
-        # last record read from the source; identity, nothing.
-        e.bound = ("margin", source.id, cut, MARGIN_MS) if strategy == "timestamp" else None
+        # last record read from the source; mm2, what its syncs leave (or the
+        # margin, falling back); identity, nothing.
+        bound_ms = {"timestamp": MARGIN_MS, "mm2": MM2_BOUND_MS}.get(strategy)
+        e.bound = None if bound_ms is None else ("margin", source.id, cut, bound_ms)
         source.state, target.state = "FAILED", "ACTIVE"
         self.w.wait_switched(source.id, target.id)
+        if strategy == "mm2":
+            # How each split was translated (a sync, a checkpoint, the
+            # fallback): the newest failover entry and the translations after it.
+            notes: list[str] = []
+            for h in reversed(self.admin.history(STREAM, limit=50)):
+                if h.kind == "translated":
+                    notes.insert(0, h.detail)
+                elif h.kind == "failover":
+                    notes.insert(0, h.detail)
+                    break
+            e.note = "; ".join(notes)
         return target
 
     def failover(self, pick: int, first_unread: int) -> Event:

@@ -20,18 +20,23 @@ lease, then SIGCONT), an etcd member killed and restarted, a broker killed
 cluster is lost: failed over from if ACTIVE, removed, and replaced by a
 fresh cluster made an exact mirror, as a STANDBY), a Spark Python worker
 killed (Spark retries the task),
-failovers (strategies of ``STRATEGIES`` in turn), migrations (drain the
+failovers (``timestamp``, ``identity`` and ``mm2`` in turn, each when a
+standby can take it without a loss; ``mm2`` with the offset syncs
+``_chaos.MirrorSyncFeed`` writes as MM2 would), migrations (drain the
 ACTIVE cluster, activate a standby), drains overlapping an activation, and
 metadata edits (the document put again with a property changed).
 
 Writes ``benchmarks/out/soak.json`` and ``<out>/img/soak_timeline.png``;
-exits 1 if a check fails.
+exits 1 if a check fails. A record not read is shown with what was around
+it (when it was sent and to which clusters, where it is now, where its
+neighbours were read, the batches and faults then: ``lost_detail``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -47,7 +52,18 @@ from typing import Any
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from benchmarks._chaos import MARGIN_MS, QUERY_ID, STRATEGIES, STREAM, Event, Faults, World
+from benchmarks._chaos import (
+    MARGIN_MS,
+    PARTITIONS,
+    QUERY_ID,
+    STRATEGIES,
+    STREAM,
+    TOPIC,
+    Event,
+    Faults,
+    World,
+    offset_of,
+)
 from benchmarks._common import (
     console,
     img_path,
@@ -125,25 +141,50 @@ class Reads:
         self.duplicates = 0
         self.batches = 0
         self._low = 0  # every sequence number below was read
+        # Where each sequence number was first read (cluster index, offset),
+        # and per batch the offsets read per cluster and partition: what
+        # :meth:`Soak.lost_detail` shows around a record that was not read.
+        self.clusters: list[str] = []
+        self.first_cluster = bytearray()
+        self.first_offset = array("q")
+        self.ranges: list[tuple[int, float, dict[tuple[str, int], tuple[int, int, int]]]] = []
 
     def on_batch(self, df: Any, batch_id: int) -> None:
         fence = FENCE_KEY.decode()
-        rows = df.selectExpr("cluster", "cast(key as string) as k").collect()
+        rows = df.selectExpr("cluster", "partition", "offset", "cast(key as string) as k").collect()
         with self.lock:
+            ranges: dict[tuple[str, int], tuple[int, int, int]] = {}
             for r in rows:
+                cluster, partition, offset = r["cluster"], r["partition"], r["offset"]
+                lo, hi, n = ranges.get((cluster, partition), (offset, offset, 0))
+                ranges[(cluster, partition)] = (min(lo, offset), max(hi, offset), n + 1)
                 key = r["k"]
                 if key.startswith(fence):
                     continue
                 seq = int(key.split(":", 1)[1])
                 if seq >= len(self.counts):
-                    self.counts.extend(bytes(seq + 1 - len(self.counts) + 65536))
+                    grow = seq + 1 - len(self.counts) + 65536
+                    self.counts.extend(bytes(grow))
+                    self.first_cluster.extend(bytes(grow))
+                    self.first_offset.extend([-1] * grow)
                 if self.counts[seq]:
                     self.duplicates += 1
                 else:
                     self.distinct += 1
+                    if cluster not in self.clusters:
+                        self.clusters.append(cluster)
+                    self.first_cluster[seq] = self.clusters.index(cluster)
+                    self.first_offset[seq] = offset
                 self.counts[seq] = min(self.counts[seq] + 1, 255)
-                self.by_cluster.setdefault(r["cluster"], array("q")).append(seq)
+                self.by_cluster.setdefault(cluster, array("q")).append(seq)
+            self.ranges.append((batch_id, time.time(), ranges))
             self.batches += 1
+
+    def first_read(self, seq: int) -> tuple[str, int] | None:
+        """(cluster, offset) where ``seq`` was first read; None if never."""
+        if seq < 0 or seq >= len(self.counts) or not self.counts[seq]:
+            return None
+        return self.clusters[self.first_cluster[seq]], self.first_offset[seq]
 
     def first_unread(self) -> int:
         with self.lock:
@@ -166,6 +207,7 @@ class Soak:
         self.run_ids: list[str] = []
         self.query: Any = None
         self.t0 = 0.0
+        self.t0_wall = 0.0
         self._stop = threading.Event()
 
     # -- running ----------------------------------------------------------------------
@@ -186,6 +228,7 @@ class Soak:
         )
         self.run_ids.append(str(self.query.runId))
         self.t0 = time.monotonic()
+        self.t0_wall = time.time()
         threading.Thread(target=self._monitor, name="soak-monitor", daemon=True).start()
 
     def _monitor(self) -> None:
@@ -296,17 +339,24 @@ class Soak:
                         "kind": e.kind,
                         "strategy": e.strategy,
                         "detail": e.detail,
+                        "note": e.note,
                         "bound": len(window),
                         "duplicates": sum(c for s, c in duplicated.items() if s in window),
                     }
                 )
         outside = sum(c for s, c in duplicated.items() if s not in allowed)
+        missing = [s for s in range(sent) if s >= len(counts) or not counts[s]]
+        syncs = self.world.syncs
         q = self.query
         exception = q.exception() if q.isActive else "query not active"
         growth = coordinator_growth(self.usage, self.minutes * 60)
         checks = {
             "lost": lost == 0,
             "nothing read that was not sent": extra == 0,
+            "every record delivered to every cluster": not feed.undelivered,
+            "MM2 offset syncs written throughout": syncs is not None
+            and syncs.error is None
+            and syncs.written > 0,
             "duplicates within bounds": outside == 0,
             "query never restarted": q.isActive
             and exception is None
@@ -318,6 +368,9 @@ class Soak:
         return {
             "records": sent,
             "lost": lost,
+            "lost_detail": [self.lost_detail(seq) for seq in missing[:10]],
+            "undelivered": len(feed.undelivered),
+            "mm2_syncs_written": syncs.written if syncs is not None else 0,
             "read_not_sent": extra,
             "duplicates": sum(duplicated.values()),
             "duplicates_outside_bounds": outside,
@@ -331,6 +384,42 @@ class Soak:
             "growth": growth,
             "checks": checks,
             "ok": all(checks.values()),
+        }
+
+    def lost_detail(self, seq: int) -> dict[str, Any]:
+        """Around a record that was not read: when it was sent and to which
+        clusters, where it is now, where its neighbours in its partition were
+        read, the batches that read that partition then, and the faults."""
+        feed = self.world.feed
+        assert feed is not None
+        partition = seq % PARTITIONS
+        sent_s = feed.sent[seq][1] / 1000 - self.t0_wall
+        targets = next(t for at, t in reversed(feed.routes) if at <= seq)
+        names = self.world.names
+        near = [
+            (
+                batch,
+                round(t - self.t0_wall, 2),
+                {c: r for (c, p), r in ranges.items() if p == partition},
+            )
+            for batch, t, ranges in self.reads.ranges
+            if abs(t - self.t0_wall - sent_s) <= 5
+        ]
+        return {
+            "seq": seq,
+            "partition": partition,
+            "sent_s": round(sent_s, 2),
+            "sent_to": [names.get(b, b) for b in targets],
+            "undelivered": [u for u in feed.undelivered if u[0] == seq],
+            "now_at": {
+                m.id: offset_of(m.broker.bootstrap, TOPIC, partition, f"{feed.label}:{seq}")
+                for m in self.world.members
+            },
+            "neighbours_read_at": {
+                d: self.reads.first_read(seq + d * PARTITIONS) for d in (-3, -2, -1, 1, 2, 3)
+            },
+            "batches": near,
+            "faults": [asdict(e) for e in self.events if e.start_s - 10 <= sent_s <= e.end_s + 10],
         }
 
     def _window(self, e: Event) -> set[int]:
@@ -394,7 +483,12 @@ def coordinator_growth(samples: list[dict[str, Any]], total_s: float) -> dict[st
 
 
 def run_soak(
-    minutes: float, seed: int, *, spark: Any = None, work_dir: Path | None = None
+    minutes: float,
+    seed: int,
+    *,
+    spark: Any = None,
+    work_dir: Path | None = None,
+    keep_logs: bool = False,
 ) -> dict[str, Any]:
     """Run the soak; returns everything ``soak.json`` holds (``result["ok"]``:
     every check passed). Without ``spark``, starts a local one (tasks tried
@@ -431,7 +525,7 @@ def run_soak(
             sent = soak.finish()
         verdict = soak.verify(sent)
     if work_dir is None:
-        if verdict["ok"]:
+        if verdict["ok"] and not keep_logs:
             shutil.rmtree(work, ignore_errors=True)
         else:
             console.print(f"logs of every process (kept): {work}")
@@ -474,6 +568,10 @@ def report(result: dict[str, Any]) -> None:
             f"  {f['at_s']:7.1f} s {f['kind']:<12} {f['strategy'] or '-':<9} "
             f"duplicates {f['duplicates']} (bound {f['bound']})"
         )
+        if f.get("note"):
+            console.print(f"           {f['note']}")
+    for d in result["lost_detail"]:
+        console.print(f"[red]not read: {json.dumps(d, default=str)}")
     for r in result["growth"]["replicas"]:
         console.print(
             f"  {r['replica']} ({r['role']}, {r['from_s']:.0f}-{r['to_s']:.0f} s): "
@@ -527,8 +625,13 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
+    parser.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep every process's logs when the soak passes too",
+    )
     args = parser.parse_args()
-    result = run_soak(args.minutes, args.seed)
+    result = run_soak(args.minutes, args.seed, keep_logs=args.keep_logs)
     result["machine"]["loadavg_at_end"] = list(os.getloadavg())
     path = write_json("soak.json", result)
     plot(result, img_path(resolve_out(args.out), "soak_timeline.png"))

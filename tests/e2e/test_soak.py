@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks._chaos import STRATEGIES
 from benchmarks.soak import FAULTS
 
 pytestmark = [
@@ -53,6 +54,10 @@ def test_chaos_soak_three_minutes(tmp_path: Path) -> None:
     assert not failed, f"faults that did not recover: {failed}"
     # Every kind of fault ran (the schedule goes through all of them in rounds).
     assert set(result["faults"]) == set(FAULTS)
+    # ... and failed over with every strategy (mm2 with the syncs it tailed).
+    assert {f["strategy"] for f in result["failovers"]} >= set(STRATEGIES), result["failovers"]
+    mm2 = [f["note"] for f in result["failovers"] if f["strategy"] == "mm2"]
+    assert any("by the sync" in note for note in mm2), mm2
     assert result["records"] > 10_000
     assert result["lost"] == 0
     assert result["read_not_sent"] == 0

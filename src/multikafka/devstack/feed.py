@@ -223,6 +223,13 @@ class Feed(threading.Thread):
         self._copying = mirror is not None
         #: Where :meth:`held` fenced the targets: len(sent) at the time.
         self._fences: list[int] = []
+        #: Records a cluster refused or never acknowledged: (seq, bootstrap,
+        #: error). A record missing there is the feed's loss, not a reader's.
+        self.undelivered: list[tuple[int, str, str]] = []
+        #: bootstrap -> partition -> offset of the newest record it took.
+        self.delivered: dict[str, dict[int, int]] = {}
+        #: (len(sent) at the change, targets from then on), for every :meth:`route`.
+        self.routes: list[tuple[int, list[str]]] = [(0, list(targets))]
 
     def _topic_of(self, bootstrap: str) -> str:
         return self.mirror.topic if self.mirror and bootstrap == self.mirror.mirror else self.topic
@@ -232,6 +239,7 @@ class Feed(threading.Thread):
         first sequence number that goes to the new targets."""
         with self._lock:
             self._targets = list(targets)
+            self.routes.append((len(self.sent), list(targets)))
             self._copying = False
             for gone in set(self._producers) - set(targets):
                 # Nothing is pending (every chunk is flushed): dropping the
@@ -244,6 +252,12 @@ class Feed(threading.Thread):
         """The clusters (bootstrap addresses) chunks go to now."""
         with self._lock:
             return list(self._targets)
+
+    def delivered_now(self) -> tuple[list[str], dict[str, dict[int, int]]]:
+        """The targets, and the newest offset per partition each cluster
+        took, between chunks (each target took the same records)."""
+        with self._lock:
+            return list(self._targets), {b: dict(o) for b, o in self.delivered.items()}
 
     @contextlib.contextmanager
     def held(self, *, fenced: bool = False) -> Iterator[int]:
@@ -275,6 +289,7 @@ class Feed(threading.Thread):
                     if upto - done <= held_below:
                         self._copy(producer, bootstrap, done, upto, fences[fenced:])
                         self._targets.append(bootstrap)
+                        self.routes.append((len(self.sent), list(self._targets)))
                         return
                     sent = self.sent[done:upto]
                 n = sum(1 for f in fences[fenced:] if f <= upto)
@@ -307,6 +322,24 @@ class Feed(threading.Thread):
                 fence(bootstrap, self.topic, self.partitions)
                 cuts.remove(end)
             at = end
+
+    def _noted(self, bootstrap: str) -> OnDelivery:
+        """A delivery callback keeping the records ``bootstrap`` failed to
+        take, and the newest offset of each partition it took."""
+
+        offsets = self.delivered.setdefault(bootstrap, {})
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                key = (msg.key() or b"").decode()
+                seq = int(key.rsplit(":", 1)[1]) if is_stream_key(key) else -1
+                self.undelivered.append((seq, bootstrap, str(err)))
+                return
+            partition, offset = msg.partition(), msg.offset()
+            if partition is not None and offset is not None:
+                offsets[partition] = max(offset, offsets.get(partition, -1))
+
+        return on_delivery
 
     def margin_window(
         self, read_from_primary: Iterable[int], cut: int, margin_ms: int, slack_ms: int = 1000
@@ -365,7 +398,9 @@ class Feed(threading.Thread):
                             self.label,
                             seqs,
                             timestamp_ms=ts,
-                            on_delivery=offsets_into(upstream) if self._copying else None,
+                            on_delivery=(
+                                offsets_into(upstream) if self._copying else self._noted(bootstrap)
+                            ),
                         )
                         producer.flush()
                     if self._copying and self.mirror is not None:
