@@ -78,7 +78,8 @@ class MetadataClient(Protocol):
         self, partitions: Sequence[tuple[str, int]], query: OffsetQuery, timeout_s: float
     ) -> dict[tuple[str, int], int]:
         """The offset per ``(topic, partition)`` for ``query``. A time after every
-        record resolves to the end offset."""
+        record resolves to the end offset as it was before the time was looked
+        up (never past a record at or after the time, whenever it came)."""
         ...
 
     def commit_group(
@@ -165,13 +166,15 @@ class KafkaMetadataClient:
             return self._list_offsets(partitions, _EARLIEST, timeout_s)
         if query.kind == "latest":
             return self._list_offsets(partitions, _LATEST, timeout_s)
+        # With no record at or after the time, the answer is the end of the
+        # partition as it was *before* the time was looked up: a record
+        # appended between the two requests may be at or after the time, and
+        # an end asked for afterwards would start past it.
+        ends = self._list_offsets(partitions, _LATEST, timeout_s)
         found = self._list_offsets(
             partitions, OffsetSpec.for_timestamp(query.timestamp_ms), timeout_s, by_time=True
         )
-        missing = [tp for tp in partitions if tp not in found]
-        if missing:  # no record at or after that time: the end of the partition
-            found.update(self._list_offsets(missing, _LATEST, timeout_s))
-        return found
+        return {tp: found.get(tp, end) for tp, end in ends.items()}
 
     def _list_offsets(
         self,
