@@ -384,9 +384,11 @@ class Feed(threading.Thread):
         try:
             while not self._stop_event.is_set() and (self.limit is None or seq < self.limit):
                 n = self.chunk if self.limit is None else min(self.chunk, self.limit - seq)
-                ts = int(time.time() * 1000)
                 seqs = range(seq, seq + n)
                 with self._lock:  # a route change waits for the chunk in flight
+                    # Timed once it may go: a chunk held back is produced
+                    # after the hold, and timed so (as a real producer's).
+                    ts = int(time.time() * 1000)
                     upstream: dict[int, int] = {}
                     for bootstrap in self._targets:
                         producer = self._producers.get(bootstrap)
