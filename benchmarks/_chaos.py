@@ -440,7 +440,10 @@ class MirrorSyncFeed(threading.Thread):
                 self._last[key] = upstream
                 self._since.setdefault((mirror, source), time.monotonic())
         for bootstrap in set(self._producers) - {m.broker.bootstrap for m in members.values()}:
-            self._producers.pop(bootstrap)  # a removed cluster: stop reconnecting
+            # A removed cluster (its broker killed): drop what it never took.
+            gone = self._producers.pop(bootstrap)
+            gone.purge()
+            gone.flush(0)
 
     def _write(self, bootstrap: str, topic: str, sync: OffsetSync) -> None:
         if (bootstrap, topic) not in self._topics:
