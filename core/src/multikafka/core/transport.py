@@ -80,6 +80,11 @@ _OPTIONS = (
     # Any ping (gRPC's own bandwidth probes too) unanswered this long drops
     # the connection; the default, a minute, holds keepalive back meanwhile.
     ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    # A connection attempt is given up after this long (gRPC's default: 20 s).
+    # A frozen replica's kernel still accepts TCP connections, and the
+    # HTTP/2 handshake then hangs: without this, a call reconnecting to it
+    # waits until the freeze ends, although another replica leads.
+    ("grpc.min_reconnect_backoff_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.enable_retries", 1),
