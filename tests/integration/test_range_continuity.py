@@ -96,6 +96,35 @@ def test_the_next_range_of_a_split_is_read_from_what_was_fetched(kafka: KafkaClu
         reader.close()
 
 
+def test_a_range_given_up_after_held_records_is_given_up_after_them(
+    kafka: KafkaClusters,
+) -> None:
+    """After [0, 1000) the consumer holds records after it; with the broker
+    frozen, a longer range reads those, then is given up: from the first
+    record it did not read, not from its start (a failover that starts the
+    query's next cluster there would read the held records again)."""
+    cluster = kafka.private()
+    broker = cluster.require_process()
+    topic = uid("held")
+    create_topics(cluster.bootstrap, {topic: 1})
+    produce_sequence(cluster.bootstrap, topic, 1, "k", range(3000))
+    reader = _reader(cluster.bootstrap)
+    try:
+        first, _ = _read(reader, [R(topic, 0, 0, 1000)])
+        assert first == _expected([R(topic, 0, 0, 1000)])
+        broker.process.pause()
+        try:
+            held, outcome = _read(reader, [R(topic, 0, 1000, 5000)], within_s=3.0)
+        finally:
+            broker.process.resume()
+        assert held, "the consumer held nothing past the first range"
+        n = len(held)
+        assert held == _expected([R(topic, 0, 1000, 1000 + n)])
+        assert [(r.start, r.until) for r in outcome.abandoned] == [(1000 + n, 5000)]
+    finally:
+        reader.close()
+
+
 def test_between_reads_the_consumer_fetches_nothing(kafka: KafkaClusters) -> None:
     """Records produced after a read are not fetched until a read needs them:
     with the broker frozen, the next range cannot be read. (A consumer that

@@ -208,9 +208,10 @@ class KafkaRangeReader:
                     yield cols
                     continue
                 if should_abandon():
-                    outcome.abandoned.extend(
-                        r._replace(start=self._position(r)) for r in pending.values()
-                    )
+                    # From the first record not read: after what the read
+                    # took from before (leftovers), which the consumer's own
+                    # position does not know of before it fetched anything.
+                    outcome.abandoned.extend(r._replace(start=nxt[k]) for k, r in pending.items())
                     self._forget(list(pending))
                     return
                 if time.monotonic() - last_progress > self._stall_check_s:
