@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -72,9 +73,12 @@ def shared_reader(kafka: KafkaClusters) -> Iterator[tuple[KafkaRangeReader, str]
     reader.close()
 
 
-def test_the_next_range_of_a_split_is_read_from_what_was_fetched(kafka: KafkaClusters) -> None:
-    """After [0, 1000) the consumer holds the records after it; with the
-    broker frozen, [1000, 1500) still reads: nothing is fetched again."""
+@contextmanager
+def frozen_after_first_range(
+    kafka: KafkaClusters,
+) -> Iterator[tuple[KafkaRangeReader, str]]:
+    """A reader that read [0, 1000) of a 3,000-record partition (holding
+    records after it), with the broker frozen inside."""
     cluster = kafka.private()
     broker = cluster.require_process()
     topic = uid("cont")
@@ -86,14 +90,21 @@ def test_the_next_range_of_a_split_is_read_from_what_was_fetched(kafka: KafkaClu
         assert first == _expected([R(topic, 0, 0, 1000)])
         broker.process.pause()
         try:
-            second, outcome = _read(reader, [R(topic, 0, 1000, 1500)], within_s=5.0)
+            yield reader, topic
         finally:
             broker.process.resume()
-        assert outcome.abandoned == []
-        assert second == _expected([R(topic, 0, 1000, 1500)])
-        assert (reader.continued, reader.positioned) == (1, 1)
     finally:
         reader.close()
+
+
+def test_the_next_range_of_a_split_is_read_from_what_was_fetched(kafka: KafkaClusters) -> None:
+    """After [0, 1000) the consumer holds the records after it; with the
+    broker frozen, [1000, 1500) still reads: nothing is fetched again."""
+    with frozen_after_first_range(kafka) as (reader, topic):
+        second, outcome = _read(reader, [R(topic, 0, 1000, 1500)], within_s=5.0)
+    assert outcome.abandoned == []
+    assert second == _expected([R(topic, 0, 1000, 1500)])
+    assert (reader.continued, reader.positioned) == (1, 1)
 
 
 def test_a_range_given_up_after_held_records_is_given_up_after_them(
@@ -103,26 +114,12 @@ def test_a_range_given_up_after_held_records_is_given_up_after_them(
     frozen, a longer range reads those, then is given up: from the first
     record it did not read, not from its start (a failover that starts the
     query's next cluster there would read the held records again)."""
-    cluster = kafka.private()
-    broker = cluster.require_process()
-    topic = uid("held")
-    create_topics(cluster.bootstrap, {topic: 1})
-    produce_sequence(cluster.bootstrap, topic, 1, "k", range(3000))
-    reader = _reader(cluster.bootstrap)
-    try:
-        first, _ = _read(reader, [R(topic, 0, 0, 1000)])
-        assert first == _expected([R(topic, 0, 0, 1000)])
-        broker.process.pause()
-        try:
-            held, outcome = _read(reader, [R(topic, 0, 1000, 5000)], within_s=3.0)
-        finally:
-            broker.process.resume()
-        assert held, "the consumer held nothing past the first range"
-        n = len(held)
-        assert held == _expected([R(topic, 0, 1000, 1000 + n)])
-        assert [(r.start, r.until) for r in outcome.abandoned] == [(1000 + n, 5000)]
-    finally:
-        reader.close()
+    with frozen_after_first_range(kafka) as (reader, topic):
+        held, outcome = _read(reader, [R(topic, 0, 1000, 5000)], within_s=3.0)
+    assert held, "the consumer held nothing past the first range"
+    n = len(held)
+    assert held == _expected([R(topic, 0, 1000, 1000 + n)])
+    assert [(r.start, r.until) for r in outcome.abandoned] == [(1000 + n, 5000)]
 
 
 def test_between_reads_the_consumer_fetches_nothing(kafka: KafkaClusters) -> None:
