@@ -71,6 +71,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.decode
 	$(PY) -m benchmarks.standalone
 	$(PY) -m benchmarks.latency
+	$(PY) -m benchmarks.cold_start
 	$(PY) -m benchmarks.splits_scale
 	$(PY) -m benchmarks.reconcile_latency
 	$(PY) -m benchmarks.leaks

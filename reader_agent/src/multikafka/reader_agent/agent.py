@@ -26,6 +26,7 @@ from multikafka.core import ranges
 from multikafka.core.background import BackgroundThreads
 from multikafka.core.ranges import SplitRange
 from multikafka.core.transport import ConnectConfig
+from multikafka.reader_agent import startup
 from multikafka.reader_agent.arrow import record_batch
 from multikafka.reader_agent.link import CoordinatorLink
 from multikafka.reader_agent.payloads import MalformedCounts
@@ -89,7 +90,9 @@ class ReaderAgent:
     def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
         """Read every range of ``task``; yield Arrow batches. Reports the last
         record read per split (and any abandoned range) to the coordinator."""
+        startup.mark("task")
         link = self.connect(task.coordinator) if task.coordinator else None
+        startup.mark("linked")
         report = _Reads()
         if task.generation > self.applied_generation:
             logger.debug(
@@ -107,6 +110,7 @@ class ReaderAgent:
         finally:
             if link is not None and (report.marks or report.abandoned):
                 link.report(report.request(task.stream, task.query_id))
+            startup.write()
 
     def _read_clusters_at_once(
         self,
@@ -183,6 +187,7 @@ class ReaderAgent:
         up its ranges, which are not reported as abandoned."""
         key = (task.stream, cluster)
         sub = self._acquire(key, task)
+        startup.mark(f"sub-reader {cluster}")
         outcome = ReadOutcome()
         malformed = MalformedCounts()
         try:
@@ -196,6 +201,7 @@ class ReaderAgent:
                     fail_on_data_loss=task.fail_on_data_loss,
                     should_abandon=lambda: cancelled() or self._gone(key, task.generation),
                 ):
+                    startup.mark(f"first records {cluster}")
                     yield task.decoding.apply(
                         record_batch(cols, cluster, include_headers=task.include_headers),
                         stream=task.stream,

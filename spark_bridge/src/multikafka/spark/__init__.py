@@ -11,8 +11,18 @@ with these options reads with (the model ``multikafka.Reader``'s arguments
 map onto too), or the error Spark would show.
 """
 
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.spark.options import parse_options
-from multikafka.spark.source import MultiKafkaDataSource, register
+import time as _time
+
+_IMPORT_STARTED = _time.time()
+
+from multikafka.reader_agent import startup  # noqa: E402
+from multikafka.reader_agent.options import ReadOptions  # noqa: E402
+from multikafka.spark.options import parse_options  # noqa: E402
+from multikafka.spark.source import MultiKafkaDataSource, register  # noqa: E402
+
+# A Spark Python worker imports this first (to unpickle the reader): how long
+# the imports took shows in the startup trace (reader_agent.startup).
+startup.mark("importing", at=_IMPORT_STARTED)
+startup.mark("imported")
 
 __all__ = ["MultiKafkaDataSource", "ReadOptions", "parse_options", "register"]
