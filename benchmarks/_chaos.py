@@ -46,7 +46,8 @@ from multikafka.coordinator.translation.mm2 import OffsetSync
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
 from multikafka.devstack.feed import Feed, create_topics
-from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX
+from multikafka.devstack.mirror import create_syncs_topic
+from multikafka.devstack.offset_syncs import OffsetSyncWriter
 from multikafka.devstack.stack import stream_doc
 
 STREAM = "soak"
@@ -373,12 +374,13 @@ class World:
 
 class MirrorSyncFeed(threading.Thread):
     """Writes MirrorMaker 2's offset syncs for the mirrors the stream names:
-    every 0.2 s, for each mirror and partition that moved ``OFFSET_LAG_MAX``
-    records or more since its last sync, the newest record every cluster took
-    (between two chunks, so its copy is on the mirror too), as MM2 would
-    after copying it. The clusters are exact mirrors: a record's offset is
-    the same on each, so a sync maps an offset to itself. Written to
-    ``mm2-offset-syncs.<mirror>.internal`` on the source (MM2's default)."""
+    every 0.2 s, each record every cluster took since (between two chunks,
+    so its copy is on the mirror too) goes through MM2's own rule
+    (:class:`~multikafka.devstack.offset_syncs.OffsetSyncWriter`, one per
+    mirror and source, as one MM2 task from when the stream named it), and
+    the syncs it gives are written to ``mm2-offset-syncs.<mirror>.internal``
+    on the source (MM2's default). The clusters are exact mirrors: a record's
+    offset is the same on each, so a sync maps an offset to itself."""
 
     def __init__(self, world: World) -> None:
         super().__init__(name="soak-mm2-syncs", daemon=True)
@@ -388,8 +390,9 @@ class MirrorSyncFeed(threading.Thread):
         self._stop_event = threading.Event()
         self._producers: dict[str, Producer] = {}
         self._topics: set[tuple[str, str]] = set()
-        #: (mirror, source, partition) -> upstream offset of its last sync.
-        self._last: dict[tuple[str, str, int], int] = {}
+        #: (mirror, source, since named) -> MM2's rule for that replication,
+        #: and per partition the next offset to take through it.
+        self._writers: dict[tuple[str, str, float], tuple[OffsetSyncWriter, dict[int, int]]] = {}
         #: (mirror, source) -> when its first sync was written.
         self._since: dict[tuple[str, str], float] = {}
 
@@ -424,20 +427,31 @@ class MirrorSyncFeed(threading.Thread):
         members = {m.id: m for m in list(self.w.members)}
         mirrors = dict(self.w.mirrors)
         targets, delivered = feed.delivered_now()
-        for mirror, (source, _) in mirrors.items():
+        # A replication the stream no longer names is over (MM2's task ended).
+        named = {(mirror, source, since) for mirror, (source, since) in mirrors.items()}
+        for gone in set(self._writers) - named:
+            del self._writers[gone]
+        for mirror, source, since in named:
             src, dst = members.get(source), members.get(mirror)
             if src is None or dst is None:
                 continue
             bootstrap = src.broker.bootstrap
             if bootstrap not in targets or dst.broker.bootstrap not in targets:
                 continue  # the feed left one (a broker killed)
-            topic = f"mm2-offset-syncs.{mirror}.internal"
-            for partition, upstream in sorted(delivered.get(bootstrap, {}).items()):
-                key = (mirror, source, partition)
-                if upstream - self._last.get(key, -OFFSET_LAG_MAX) < OFFSET_LAG_MAX:
-                    continue
-                self._write(bootstrap, topic, OffsetSync(TOPIC, partition, upstream, upstream))
-                self._last[key] = upstream
+            writer, taken = self._writers.setdefault(
+                (mirror, source, since), (OffsetSyncWriter(), {})
+            )
+            due = []
+            for partition, newest in sorted(delivered.get(bootstrap, {}).items()):
+                # MM2 starts copying at the newest record, then takes each.
+                for upstream in range(taken.get(partition, newest), newest + 1):
+                    sync = writer.copied(TOPIC, partition, upstream, upstream)
+                    if sync is not None:
+                        due.append(sync)
+                taken[partition] = newest + 1
+            for sync in due:
+                self._write(bootstrap, f"mm2-offset-syncs.{mirror}.internal", sync)
+            if due:
                 self._since.setdefault((mirror, source), time.monotonic())
         for bootstrap in set(self._producers) - {m.broker.bootstrap for m in members.values()}:
             # A removed cluster (its broker killed): drop what it never took.
@@ -447,8 +461,7 @@ class MirrorSyncFeed(threading.Thread):
 
     def _write(self, bootstrap: str, topic: str, sync: OffsetSync) -> None:
         if (bootstrap, topic) not in self._topics:
-            # MM2 creates it with one partition (compacted).
-            create_topics(bootstrap, {topic: 1})
+            create_syncs_topic(bootstrap, topic)
             self._topics.add((bootstrap, topic))
         producer = self._producers.get(bootstrap)
         if producer is None:

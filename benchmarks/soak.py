@@ -144,7 +144,7 @@ class Reads:
         # Where each sequence number was first read (cluster index, offset),
         # and per batch the offsets read per cluster and partition: what
         # :meth:`Soak.lost_detail` shows around a record that was not read.
-        self.clusters: list[str] = []
+        self.clusters: dict[str, int] = {}
         self.first_cluster = bytearray()
         self.first_offset = array("q")
         self.ranges: list[tuple[int, float, dict[tuple[str, int], tuple[int, int, int]]]] = []
@@ -171,9 +171,7 @@ class Reads:
                     self.duplicates += 1
                 else:
                     self.distinct += 1
-                    if cluster not in self.clusters:
-                        self.clusters.append(cluster)
-                    self.first_cluster[seq] = self.clusters.index(cluster)
+                    self.first_cluster[seq] = self.clusters.setdefault(cluster, len(self.clusters))
                     self.first_offset[seq] = offset
                 self.counts[seq] = min(self.counts[seq] + 1, 255)
                 self.by_cluster.setdefault(cluster, array("q")).append(seq)
@@ -184,7 +182,7 @@ class Reads:
         """(cluster, offset) where ``seq`` was first read; None if never."""
         if seq < 0 or seq >= len(self.counts) or not self.counts[seq]:
             return None
-        return self.clusters[self.first_cluster[seq]], self.first_offset[seq]
+        return list(self.clusters)[self.first_cluster[seq]], self.first_offset[seq]
 
     def first_unread(self) -> int:
         with self.lock:
@@ -324,7 +322,8 @@ class Soak:
         feed = self.world.feed
         assert feed is not None
         counts = self.reads.counts
-        lost = sum(1 for s in range(sent) if s >= len(counts) or not counts[s])
+        missing = [s for s in range(sent) if s >= len(counts) or not counts[s]]
+        lost = len(missing)
         extra = sum(1 for s in range(sent, len(counts)) if counts[s])
         duplicated = {s: counts[s] - 1 for s in range(min(sent, len(counts))) if counts[s] > 1}
         windows = []
@@ -345,7 +344,6 @@ class Soak:
                     }
                 )
         outside = sum(c for s, c in duplicated.items() if s not in allowed)
-        missing = [s for s in range(sent) if s >= len(counts) or not counts[s]]
         syncs = self.world.syncs
         q = self.query
         exception = q.exception() if q.isActive else "query not active"
