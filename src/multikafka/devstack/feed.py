@@ -228,6 +228,7 @@ class Feed(threading.Thread):
         self.undelivered: list[tuple[int, str, str]] = []
         #: bootstrap -> partition -> offset of the newest record it took.
         self.delivered: dict[str, dict[int, int]] = {}
+        self._noting: dict[str, OnDelivery] = {}
         #: (len(sent) at the change, targets from then on), for every :meth:`route`.
         self.routes: list[tuple[int, list[str]]] = [(0, list(targets))]
 
@@ -324,9 +325,12 @@ class Feed(threading.Thread):
             at = end
 
     def _noted(self, bootstrap: str) -> OnDelivery:
-        """A delivery callback keeping the records ``bootstrap`` failed to
-        take, and the newest offset of each partition it took."""
-
+        """The delivery callback of ``bootstrap`` (one per cluster): keeps the
+        records it failed to take, and the newest offset of each partition it
+        took."""
+        known = self._noting.get(bootstrap)
+        if known is not None:
+            return known
         offsets = self.delivered.setdefault(bootstrap, {})
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
@@ -339,6 +343,7 @@ class Feed(threading.Thread):
             if partition is not None and offset is not None:
                 offsets[partition] = max(offset, offsets.get(partition, -1))
 
+        self._noting[bootstrap] = on_delivery
         return on_delivery
 
     def margin_window(

@@ -188,6 +188,7 @@ class ReaderAgent:
         key = (task.stream, cluster)
         sub = self._acquire(key, task)
         startup.mark(f"sub-reader {cluster}")
+        first_records = f"first records {cluster}"
         outcome = ReadOutcome()
         malformed = MalformedCounts()
         try:
@@ -201,7 +202,7 @@ class ReaderAgent:
                     fail_on_data_loss=task.fail_on_data_loss,
                     should_abandon=lambda: cancelled() or self._gone(key, task.generation),
                 ):
-                    startup.mark(f"first records {cluster}")
+                    startup.mark(first_records)  # a dict lookup per batch
                     yield task.decoding.apply(
                         record_batch(cols, cluster, include_headers=task.include_headers),
                         stream=task.stream,
