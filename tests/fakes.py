@@ -204,6 +204,15 @@ class FakeEtcd:
             self._write(key, value, same=i > 0)
         return self.revision
 
+    async def put_all(
+        self, writes: Sequence[tuple[str, bytes]], *, fence: Fence | None = None
+    ) -> int:
+        self._check()
+        self._guard(fence)
+        for i, (key, value) in enumerate(writes):
+            self._write(key, value, same=i > 0)
+        return self.revision
+
     async def delete(self, key: str, *, fence: Fence | None = None) -> bool:
         self._check()
         self._guard(fence)

@@ -141,6 +141,7 @@ def with_secrets(parts: Parts) -> MicroBatches:
     d = parts.duties
     return MicroBatches(
         d.discovery,
+        d.watermarks,
         d.entry,
         d.queries,
         d.abandonments,

@@ -73,6 +73,57 @@ async def test_latest_offsets_is_one_call_of_the_terms_micro_batches(parts: Part
     assert answer.generation == parts.store.get("s").generation
 
 
+async def test_latest_offsets_plans_the_tasks_and_records_the_commit_it_carries(
+    parts: Parts,
+) -> None:
+    """One round trip per micro-batch: the tasks are those PlanPartitions
+    answers for the same batch, and the commit is recorded first."""
+    await _stream(parts)
+    service = PlannerService(lambda: parts.batches, parts.store)
+    start = {"a/t/0": 2, "a/t/1": 2}
+    request = planner_pb2.LatestOffsetsRequest(
+        stream="s",
+        query_id="q",
+        start=ov.to_columns(start),
+        tasks=planner_pb2.TaskOptions(parallelism=2),
+        committed=ov.to_columns({"a/t/0": 1, "a/t/1": 2}),
+        group_id="g",
+    )
+    answer = await service.LatestOffsets(request, Context())  # type: ignore[arg-type]
+    end = ov.from_columns(answer.end)
+    assert end == {"a/t/0": 10, "a/t/1": 10}
+    alone = await service.PlanPartitions(
+        planner_pb2.PlanPartitionsRequest(
+            stream="s",
+            query_id="q",
+            start=ov.to_columns(start),
+            end=answer.end,
+            parallelism=2,
+        ),
+        Context(),  # type: ignore[arg-type]
+    )
+    assert answer.HasField("plan")
+    assert answer.plan == alone
+    assert len(answer.plan.tasks.task_ranges) == 2
+    progress = parts.queries.get("q")
+    assert progress is not None
+    assert progress.offsets == {"a/t/0": 1, "a/t/1": 2}
+    assert progress.group_id == "g"
+
+    without = await service.LatestOffsets(
+        planner_pb2.LatestOffsetsRequest(stream="s", query_id="q", start=answer.end),
+        Context(),  # type: ignore[arg-type]
+    )
+    assert not without.HasField("plan")
+    context = Context()
+    bad = planner_pb2.LatestOffsetsRequest(
+        stream="s", query_id="q", tasks=planner_pb2.TaskOptions(min_partitions=-1)
+    )
+    with pytest.raises(Aborted):
+        await service.LatestOffsets(bad, context)  # type: ignore[arg-type]
+    assert context.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_a_standby_refuses_naming_the_leader_before_reading_the_request(
     parts: Parts,
 ) -> None:
@@ -91,6 +142,7 @@ async def test_admin_on_a_standby_reads_etcd_and_refuses_writes(parts: Parts) ->
     parts.history.record("s", "note", detail="written by the leader")
     await parts.history.flush()
     await parts.queries.commit("q", "s", {"a/t/0": 3})
+    await parts.queries.flush()
     reports = StandbyReports(parts.store, parts.etcd, "/t", 200, lambda: "leader:7")
     service = AdminService(standby, lambda: reports, Replica())
     ctx: Any = Context()

@@ -72,6 +72,12 @@ _FILE = click.Path(exists=True, dir_okay=False)
     "--discovery-interval", type=float, help="seconds between partition discoveries (default 5)"
 )
 @click.option(
+    "--watermark-max-age",
+    type=click.FloatRange(min=0.0),
+    help="seconds a cluster's high watermarks may be old when a query plans with them; "
+    "shared by every query (default 0.1; 0: ask the cluster on every call)",
+)
+@click.option(
     "--etcd-wait",
     type=float,
     default=30.0,
@@ -96,6 +102,7 @@ def coordinator_command(
     tls_client_ca: str | None,
     lease_ttl: float | None,
     discovery_interval: float | None,
+    watermark_max_age: float | None,
     etcd_wait: float,
 ) -> None:
     """Run a coordinator replica: watch stream metadata in etcd, take part in
@@ -122,6 +129,7 @@ def coordinator_command(
             tls=tls_files(tls_cert, tls_key, tls_client_ca),
             lease_ttl_s=lease_ttl,
             discovery_interval_s=discovery_interval,
+            watermark_max_age_s=watermark_max_age,
         )
         asyncio.run(_serve(Coordinator(config), etcd_wait))
     except MultikafkaError as exc:

@@ -113,6 +113,13 @@ class CoordinatorConfig:
     lease_ttl_s: float = 5.0
     #: How often partitions of every cluster are re-discovered (seconds).
     discovery_interval_s: float = 5.0
+    #: How old a cluster's high watermarks may be when a query plans a
+    #: micro-batch with them (seconds; shared by every query of the stream,
+    #: never older than a query's own position; 0: ask on every call).
+    watermark_max_age_s: float = 0.1
+    #: How often query progress is written to etcd (seconds), for all
+    #: queries in one go; a new leader resumes from Spark's offsets anyway.
+    progress_flush_s: float = 1.0
     #: Timeout of one metadata/offsets request to a cluster (seconds).
     cluster_timeout_s: float = 3.0
     #: After a failed request, a cluster is not asked again for this long

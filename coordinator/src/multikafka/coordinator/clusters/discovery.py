@@ -4,7 +4,8 @@ One :class:`ClusterClient` per (stream, cluster); clusters with the same
 connection settings (several streams on one physical cluster) share one
 provider metadata client and one reachability record. Partition counts are
 re-discovered in the background (one request per physical cluster) and on
-every metadata change; offsets are asked fresh when a batch is planned. A
+every metadata change; offsets are asked when a batch is planned (high
+watermarks through :mod:`multikafka.coordinator.planning.watermarks`). A
 cluster that fails a request is *unreachable*: for a short backoff it is not
 asked again (planning skips it, so it never stalls the other clusters), and
 the time it became unreachable drives automatic failover.

@@ -37,6 +37,7 @@ from multikafka.coordinator.planning.planner import (
     plan_end,
 )
 from multikafka.coordinator.planning.resolve import resolve_position
+from multikafka.coordinator.planning.watermarks import Watermarks
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.queries import QueryStore
 from multikafka.coordinator.state.stream_state import StreamView
@@ -73,6 +74,7 @@ class MicroBatches:
     def __init__(
         self,
         discovery: Discovery,
+        watermarks: Watermarks,
         entry: EntryOffsets,
         queries: QueryStore,
         abandonments: Abandonments,
@@ -82,6 +84,7 @@ class MicroBatches:
         hand_out_secrets: bool,
     ) -> None:
         self._discovery = discovery
+        self._watermarks = watermarks
         self._entry = entry
         self._queries = queries
         self._abandonments = abandonments
@@ -108,7 +111,9 @@ class MicroBatches:
         """The end of the query's next micro-batch from ``start`` (at most
         ``max_records`` records; within ``cap``, Trigger.AvailableNow's
         target), and what is available now (``EndPlan.available``)."""
-        snapshots = await snapshots_of(self._discovery, self._metrics, view, start)
+        snapshots = await snapshots_of(
+            self._discovery, self._watermarks, self._metrics, view, start, cap
+        )
         new = new_split_set(start, snapshots)
         abandoned = {}
         group_id = ""

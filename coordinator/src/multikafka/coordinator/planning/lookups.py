@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from itertools import repeat
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,11 +17,13 @@ from multikafka.coordinator.clusters.discovery import ClusterClient, Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.planning.planner import ClusterSnapshot
-from multikafka.coordinator.planning.stopping import stop_offsets
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.offsets import SplitOffsets, Splits
+
+if TYPE_CHECKING:
+    from multikafka.coordinator.planning.watermarks import Watermarks
 
 __all__ = ["lookup", "lookup_all", "snapshots_of"]
 
@@ -65,11 +68,17 @@ async def lookup_all(
 
 
 async def snapshots_of(
-    discovery: Discovery, metrics: Metrics, view: StreamView, start: SplitOffsets
+    discovery: Discovery,
+    watermarks: Watermarks,
+    metrics: Metrics,
+    view: StreamView,
+    start: SplitOffsets,
+    cap: SplitOffsets | None = None,
 ) -> dict[str, ClusterSnapshot]:
     """What each cluster of the stream looks like now (high watermarks of
-    the splits it has and the ones ``start`` holds, and its stops); whether
-    it answered goes to the ``reachable`` gauge."""
+    the splits it has and the ones ``start`` holds, and its stops, from
+    ``watermarks``: fresh enough for a query at ``start`` within ``cap``);
+    whether it answered goes to the ``reachable`` gauge."""
 
     async def one(cid: str) -> tuple[str, ClusterSnapshot]:
         spec = view.spec.clusters[cid]
@@ -91,8 +100,7 @@ async def snapshots_of(
             keep = np.array([t in topics for _, t in held.groups], dtype=bool)[held.group]
             ask = Splits.union([known, held.select(keep)])
         try:
-            latest = await lookup(discovery, cc, ask, OffsetQuery.latest())
-            stop = await stop_offsets(discovery, view, cc, ask)
+            latest, stop = await watermarks.get(view, cc, ask, start=start, cap=cap)
         except UnavailableError:
             metrics.reachable.labels(view.name, cid).set(0)
             return cid, ClusterSnapshot(spec.state, topics, False, known, drain=drain)

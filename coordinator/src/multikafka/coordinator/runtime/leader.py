@@ -33,6 +33,7 @@ from multikafka.coordinator.operations.reports import LeaderReports
 from multikafka.coordinator.operations.streams import StreamOperations
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.planning.entry import EntryOffsets
+from multikafka.coordinator.planning.watermarks import Watermarks
 from multikafka.coordinator.state.etcd import FencedEtcd
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataStore
@@ -60,7 +61,7 @@ class LeaderDuties:
         self.store = store
         self.metrics = metrics
         self.history = History(etcd, prefix, config.history_size)
-        self.queries = QueryStore(etcd, prefix)
+        self.queries = QueryStore(etcd, prefix, flush_interval_s=config.progress_flush_s)
         self.marks = ReadMarks(etcd, prefix)
         self.registry = AgentRegistry(etcd, prefix, config.reader_ttl_s)
         self.discovery = Discovery(
@@ -87,9 +88,11 @@ class LeaderDuties:
         self.abandonments = Abandonments(self.queries, self.history, metrics)
         self.translator = FailoverTranslator(self.discovery, self.marks, self.syncs)
         self.entry = EntryOffsets(self.discovery, self.translator)
+        self.watermarks = Watermarks(self.discovery, max_age_s=config.watermark_max_age_s)
         # -- the use cases of the term ---------------------------------------
         self.batches = MicroBatches(
             self.discovery,
+            self.watermarks,
             self.entry,
             self.queries,
             self.abandonments,
@@ -122,6 +125,7 @@ class LeaderDuties:
         await self.registry.start()
         self.discovery.start()
         self.marks.start()
+        self.queries.start()
         self.syncs.start()
         self.lifecycle.start()
 
@@ -145,6 +149,8 @@ class LeaderDuties:
             ("reconciler", reconciler),
             ("agent registry", self.registry.stop),
             ("read marks", self.marks.stop),
+            ("query progress", self.queries.stop),
+            ("watermarks", self.watermarks.close),
             ("MM2 offset syncs", self.syncs.stop),
             ("history", self.history.stop),
             ("cluster clients", self.discovery.close),

@@ -77,6 +77,7 @@ class EtcdClient(Protocol):
     async def put(self, key: str, value: bytes, *, lease: int | None = None) -> int: ...
     async def put_if(self, key: str, value: bytes, expected_mod_revision: int) -> int: ...
     async def put_all_if(self, writes: Sequence[tuple[str, bytes, int]]) -> int: ...
+    async def put_all(self, writes: Sequence[tuple[str, bytes]]) -> int: ...
     async def delete(self, key: str) -> bool: ...
     async def delete_prefix(self, prefix: str) -> int: ...
     def watch_range(
@@ -292,6 +293,15 @@ class Etcd:
             raise _conflict(writes)
         return int(responses[0].response_put.header.revision)
 
+    async def put_all(
+        self, writes: Sequence[tuple[str, bytes]], *, fence: Fence | None = None
+    ) -> int:
+        """Put every ``(key, value)`` in one transaction (at one revision)."""
+        _, responses = await self._write(
+            fence, [], [self.ops.put(k.encode(), v) for k, v in writes]
+        )
+        return int(responses[0].response_put.header.revision)
+
     async def delete(self, key: str, *, fence: Fence | None = None) -> bool:
         _, responses = await self._write(fence, [], [self.ops.delete(key.encode())])
         return int(responses[0].response_delete_range.deleted) > 0
@@ -469,6 +479,9 @@ class FencedEtcd:
 
     async def put_all_if(self, writes: Sequence[tuple[str, bytes, int]]) -> int:
         return await self._fenced(lambda f: self._etcd.put_all_if(writes, fence=f))
+
+    async def put_all(self, writes: Sequence[tuple[str, bytes]]) -> int:
+        return await self._fenced(lambda f: self._etcd.put_all(writes, fence=f))
 
     async def delete(self, key: str) -> bool:
         return await self._fenced(lambda f: self._etcd.delete(key, fence=f))

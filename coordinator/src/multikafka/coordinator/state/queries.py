@@ -25,7 +25,9 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
+from multikafka.coordinator.state.per_stream import ChangedStreams
 from multikafka.core import offsets as ov
+from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.offsets import SplitOffsets
 
@@ -117,10 +119,34 @@ class QueryProgress:
 
 
 class QueryStore:
-    def __init__(self, etcd: EtcdClient, prefix: str) -> None:
+    """Every query's progress, in memory and in etcd. Commits (one per
+    micro-batch of every query) are written every ``flush_interval_s``, all
+    changed queries in a few transactions; what failover translation and a
+    removed cluster's resumption rely on (abandoned ranges, removed
+    clusters) is written at once."""
+
+    def __init__(self, etcd: EtcdClient, prefix: str, *, flush_interval_s: float = 1.0) -> None:
         self._etcd = etcd
         self._prefix = f"{prefix}/queries/"
         self._queries: dict[str, QueryProgress] = {}
+        self._flush_interval_s = flush_interval_s
+        self._dirty = ChangedStreams(etcd, self._prefix, self._encode, "query progress")
+        self._tasks = BackgroundTasks("query progress")
+
+    def start(self) -> None:
+        self._tasks.every("flush", self._flush_interval_s, self.flush)
+
+    async def stop(self) -> None:
+        await self._tasks.stop()
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Write every query whose progress changed since it was last written."""
+        await self._dirty.flush()
+
+    def _encode(self, query_id: str) -> bytes | None:
+        q = self._queries.get(query_id)
+        return None if q is None else q.to_json()
 
     async def load(self) -> None:
         kvs, _ = await self._etcd.get_prefix(self._prefix)
@@ -154,9 +180,9 @@ class QueryStore:
         retention_ms: int | None = None,
         group_id: str = "",
     ) -> QueryProgress:
-        """Store the query's committed ``end`` and the consumer group it goes
+        """Take the query's committed ``end`` and the consumer group it goes
         to (and, given ``retention_ms``, forget removed clusters whose window
-        has passed)."""
+        has passed); written to etcd with the next :meth:`flush`."""
         q = self._queries.setdefault(query_id, QueryProgress(query_id, stream))
         q.stream = stream
         q.group_id = group_id
@@ -168,7 +194,7 @@ class QueryStore:
             q.removed = {
                 c: r for c, r in q.removed.items() if not r.expired(q.updated_ms, retention_ms)
             }
-        await self._etcd.put(self._prefix + query_id, q.to_json())
+        self._dirty.add(query_id)
         return q
 
     async def remember_removed(

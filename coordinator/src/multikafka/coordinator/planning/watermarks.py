@@ -1,0 +1,205 @@
+"""High watermarks (and timestamp stops) per cluster of a stream, shared by
+every query that plans on it: a thousand queries triggering once a second
+ask a cluster a few times a second, not a thousand times.
+
+A cached value serves a query's ``LatestOffsets`` only when it is at most
+``max_age_s`` old and can answer it as a fresh one would in every way that
+matters:
+
+* every split the query holds (of the topics asked) is in it, with a high
+  watermark at or above the query's position: a watermark older than the
+  query's own position would read as offsets going backwards (data loss)
+  or a partition gone;
+* under ``Trigger.AvailableNow``, every split is at or above the run's
+  target (``cap``): a stale watermark would end the run short of it.
+
+Otherwise the cluster is asked, and every query waiting meanwhile shares the
+one request. A cached watermark is a lower bound of the true one (offsets
+only grow), so a batch planned from it never reads past what exists; what
+it leaves out the next batch reads. Once a value is half its age, the next
+query that uses it asks for a fresh one in the background: under load no
+query waits for a broker; a lone query with triggers further apart than
+``max_age_s`` asks the cluster on each of them, as before. Exact reads
+(``ResolveOffsets``: starting and ending positions, the AvailableNow target)
+never use the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from multikafka.coordinator.clusters.discovery import ClusterClient, Discovery
+from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.planning.lookups import lookup
+from multikafka.coordinator.planning.stopping import stop_offsets
+from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.core.background import BackgroundTasks
+from multikafka.core.exceptions import UnavailableError
+from multikafka.core.offsets import SplitOffsets, Splits
+
+__all__ = ["DEFAULT_MAX_AGE_S", "Watermarks"]
+
+logger = logging.getLogger(__name__)
+
+#: How old a cached watermark may be when a query plans with it.
+DEFAULT_MAX_AGE_S = 0.1
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """What one request to a cluster answered."""
+
+    #: The cluster client asked (a new client, e.g. new connection settings: ask again).
+    client: ClusterClient
+    #: The stopping position the stops were asked for.
+    stopping: object
+    #: The splits asked.
+    ask: Splits
+    latest: SplitOffsets
+    stop: SplitOffsets | None
+    #: ``time.monotonic()`` when the request was sent.
+    asked_at: float
+
+
+class Watermarks:
+    """The shared watermarks of one term's planning (see the module docstring)."""
+
+    def __init__(
+        self,
+        discovery: Discovery,
+        *,
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._discovery = discovery
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._pending: dict[tuple[str, str], asyncio.Future[_Entry]] = {}
+        self._tasks = BackgroundTasks("watermarks")
+        #: Requests sent to clusters, and queries answered from the cache (for tests and metrics).
+        self.asked = 0
+        self.served = 0
+
+    async def get(
+        self,
+        view: StreamView,
+        cc: ClusterClient,
+        ask: Splits,
+        *,
+        start: SplitOffsets,
+        cap: SplitOffsets | None = None,
+    ) -> tuple[SplitOffsets, SplitOffsets | None]:
+        """The high watermarks of ``ask`` (all of ``cc``'s cluster) and their
+        stops (None: the cluster has no stopping position), good enough for
+        a query at ``start`` (and ``cap``). Raises :class:`UnavailableError`
+        when the cluster does not answer."""
+        key = (view.name, cc.cluster)
+        stopping = view.spec.clusters[cc.cluster].stopping
+        entry = self._entries.get(key)
+        if entry is not None and self._serves(entry, cc, stopping, ask, start, cap):
+            self.served += 1
+            if self._clock() - entry.asked_at > self._max_age_s / 2 and key not in self._pending:
+                self._tasks.spawn("refresh", self._refresh_quietly(key, view, cc, ask))
+                self._pending[key] = asyncio.get_running_loop().create_future()
+            return entry.latest, entry.stop
+        pending = self._pending.get(key)
+        if pending is not None:
+            try:
+                entry = await asyncio.shield(pending)
+            except UnavailableError:
+                entry = None
+            if entry is not None and self._serves(entry, cc, stopping, ask, start, cap):
+                self.served += 1
+                return entry.latest, entry.stop
+        entry = await self._refresh(key, view, cc, ask)
+        return entry.latest, entry.stop
+
+    def _serves(
+        self,
+        entry: _Entry,
+        cc: ClusterClient,
+        stopping: object,
+        ask: Splits,
+        start: SplitOffsets,
+        cap: SplitOffsets | None,
+    ) -> bool:
+        if entry.client is not cc or entry.stopping != stopping:
+            return False
+        if self._clock() - entry.asked_at > self._max_age_s:
+            return False
+        if entry.ask is not ask and entry.ask != ask:
+            return False
+        return _at_or_above(entry.latest, ask, start) and (
+            cap is None or _at_or_above(entry.latest, ask, cap)
+        )
+
+    async def _refresh(
+        self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits
+    ) -> _Entry:
+        """Ask the cluster; queries arriving meanwhile wait for this answer."""
+        loop = asyncio.get_running_loop()
+        future = self._pending.get(key)
+        if future is None or future.done():
+            future = self._pending[key] = loop.create_future()
+        asked_at = self._clock()
+        try:
+            self.asked += 1
+            latest = await lookup(self._discovery, cc, ask, OffsetQuery.latest())
+            stop = await stop_offsets(self._discovery, view, cc, ask)
+        except BaseException as exc:
+            self._entries.pop(key, None)
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # retrieved: nobody may be waiting
+            raise
+        finally:
+            if self._pending.get(key) is future:
+                del self._pending[key]
+        entry = _Entry(cc, view.spec.clusters[cc.cluster].stopping, ask, latest, stop, asked_at)
+        current = self._entries.get(key)
+        if current is None or current.asked_at <= asked_at:
+            self._entries[key] = entry
+        if not future.done():
+            future.set_result(entry)
+        return entry
+
+    async def _refresh_quietly(
+        self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits
+    ) -> None:
+        # A cluster that does not answer: the next query asks again, and sees the error.
+        with contextlib.suppress(UnavailableError):
+            await self._refresh(key, view, cc, ask)
+
+    async def close(self) -> None:
+        await self._tasks.stop()
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        self._entries.clear()
+
+
+def _at_or_above(latest: SplitOffsets, ask: Splits, offsets: SplitOffsets) -> bool:
+    """Whether every split of ``offsets`` that is in ``ask`` (the cluster's
+    part of it) is in ``latest`` at or above its offset there."""
+    cid = ask.clusters()
+    if not len(offsets) or not cid:
+        return True
+    where = offsets.splits.cluster_slice(cid[0])
+    if where.start == where.stop:
+        return True
+    _, asked = ask.positions(offsets.splits, where)
+    if not asked.any():
+        return True
+    if not len(latest):
+        return False
+    at, found = latest.positions_of(offsets.splits, where)
+    high = latest.offsets[at]
+    return bool(np.all(~asked | (found & (high >= offsets.offsets[where]))))
