@@ -72,6 +72,7 @@ def test_the_planner_carries_offsets_in_one_form() -> None:
         "ResolveOffsetsResponse.offsets",
         "LatestOffsetsRequest.start",
         "LatestOffsetsRequest.cap",
+        "LatestOffsetsRequest.committed",
         "LatestOffsetsResponse.end",
         "LatestOffsetsResponse.available",
         "PlanPartitionsRequest.start",

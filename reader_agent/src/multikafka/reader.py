@@ -45,7 +45,7 @@ from multikafka.reader_agent import ReaderAgent, get_agent
 from multikafka.reader_agent.options import ReadOptions, Vocabulary
 from multikafka.reader_agent.overrides import check_overrides
 from multikafka.reader_agent.payloads import PayloadDecoding
-from multikafka.reader_agent.plan import read_tasks
+from multikafka.reader_agent.plan import read_tasks, task_options, tasks_from_plan
 from multikafka.v1 import planner_pb2
 
 logger = logging.getLogger(__name__)
@@ -277,6 +277,7 @@ class Reader:
                 max_records=self.options.max_records_per_batch or 0,
                 cap=None,
                 fail_on_data_loss=self.options.fail_on_data_loss,
+                tasks=task_options(self.options),
             )
             end = dict(got.end)
             if end == start or (
@@ -286,13 +287,19 @@ class Reader:
                     return
                 time.sleep(self._poll_s)
                 continue
-            tasks = read_tasks(
-                self._client,
-                self.options,
-                coordinator=self.connect,
-                query_id=self.query_id,
-                start=start,
-                end=end,
+            tasks = (
+                tasks_from_plan(
+                    got.plan, self.options, coordinator=self.connect, query_id=self.query_id
+                )
+                if got.plan is not None
+                else read_tasks(
+                    self._client,
+                    self.options,
+                    coordinator=self.connect,
+                    query_id=self.query_id,
+                    start=start,
+                    end=end,
+                )
             )
             # Until the micro-batch's last batch is yielded, the position is
             # its start moved past what was yielded; with the last one (held

@@ -25,15 +25,6 @@ logger = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
-class LatestOffsets(NamedTuple):
-    """What ``LatestOffsets`` answers."""
-
-    #: The end of the next micro-batch (within the read limit and cap).
-    end: ov.SplitOffsets
-    #: The end without the read limit and cap: what is available now.
-    available: ov.SplitOffsets
-
-
 class Plan(NamedTuple):
     """What ``PlanPartitions`` answers: the tasks of a micro-batch."""
 
@@ -43,6 +34,26 @@ class Plan(NamedTuple):
     clusters: dict[str, Connection]
     #: The metadata generation the plan was made at.
     generation: int
+
+
+class TaskOptions(NamedTuple):
+    """How a micro-batch is cut into Spark tasks (0: unset or unknown)."""
+
+    min_partitions: int = 0
+    max_records_per_partition: int = 0
+    #: The tasks Spark runs at once.
+    parallelism: int = 0
+
+
+class LatestOffsets(NamedTuple):
+    """What ``LatestOffsets`` answers."""
+
+    #: The end of the next micro-batch (within the read limit and cap).
+    end: ov.SplitOffsets
+    #: The end without the read limit and cap: what is available now.
+    available: ov.SplitOffsets
+    #: The tasks from the start to ``end``, when asked for.
+    plan: Plan | None = None
 
 
 class PlannerClient:
@@ -120,10 +131,16 @@ class PlannerClient:
         max_records: int,
         cap: Mapping[str, int] | None,
         fail_on_data_loss: bool,
+        tasks: TaskOptions | None = None,
+        committed: Mapping[str, int] | None = None,
+        group_id: str = "",
     ) -> LatestOffsets:
         """The end of the next micro-batch from ``start`` (at most
         ``max_records`` records, 0: no limit; never past ``cap``), and what
-        is available now."""
+        is available now; with ``tasks``, also the batch's tasks (as
+        :meth:`plan` would answer); ``committed`` (with ``group_id``): the
+        end of the last batch Spark committed, recorded first as
+        :meth:`commit` records it. One round trip."""
         req = planner_pb2.LatestOffsetsRequest(
             stream=stream,
             query_id=query_id,
@@ -131,10 +148,16 @@ class PlannerClient:
             max_records=max_records,
             cap=ov.to_columns(cap or {}),
             fail_on_data_loss=fail_on_data_loss,
+            committed=ov.to_columns(committed or {}),
+            group_id=group_id if committed else "",
         )
+        if tasks is not None:
+            req.tasks.CopyFrom(planner_pb2.TaskOptions(**tasks._asdict()))
         resp = self._call("latest offsets", lambda s: s.LatestOffsets, req)
         return LatestOffsets(
-            ov.from_columns(resp.end, "end"), ov.from_columns(resp.available, "available")
+            ov.from_columns(resp.end, "end"),
+            ov.from_columns(resp.available, "available"),
+            _plan_of(resp.plan) if resp.HasField("plan") else None,
         )
 
     def plan(
@@ -160,12 +183,7 @@ class PlannerClient:
             max_records_per_partition=max_records_per_partition,
             parallelism=parallelism,
         )
-        resp = self._call("plan partitions", lambda s: s.PlanPartitions, req)
-        clusters = {
-            c.cluster: Connection(c.cluster, c.bootstrap_servers, Properties(dict(c.properties)))
-            for c in resp.clusters
-        }
-        return Plan(ranges.tasks_of(resp.tasks), clusters, resp.generation)
+        return _plan_of(self._call("plan partitions", lambda s: s.PlanPartitions, req))
 
     def commit(self, stream: str, query_id: str, end: Mapping[str, int], group_id: str) -> None:
         req = planner_pb2.CommitRequest(
@@ -176,3 +194,11 @@ class PlannerClient:
         except UnavailableError:
             # Progress reporting must not fail a batch Spark already committed.
             logger.warning("could not report commit to coordinator %s", self.address)
+
+
+def _plan_of(resp: planner_pb2.PlanPartitionsResponse) -> Plan:
+    clusters = {
+        c.cluster: Connection(c.cluster, c.bootstrap_servers, Properties(dict(c.properties)))
+        for c in resp.clusters
+    }
+    return Plan(ranges.tasks_of(resp.tasks), clusters, resp.generation)

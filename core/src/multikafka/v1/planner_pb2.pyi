@@ -215,11 +215,16 @@ class LatestOffsetsRequest(_message.Message):
     MAX_RECORDS_FIELD_NUMBER: _builtins.int
     CAP_FIELD_NUMBER: _builtins.int
     FAIL_ON_DATA_LOSS_FIELD_NUMBER: _builtins.int
+    TASKS_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     max_records: _builtins.int
     """0 means no limit (ReadAllAvailable)."""
     fail_on_data_loss: _builtins.bool
+    group_id: _builtins.str
+    """Commit's group_id, for `committed`."""
     @_builtins.property
     def start(self) -> Global___OffsetColumns:
         """Where the micro-batch starts."""
@@ -227,6 +232,16 @@ class LatestOffsetsRequest(_message.Message):
     @_builtins.property
     def cap(self) -> Global___OffsetColumns:
         """Trigger.AvailableNow target: never plan past these offsets (empty: no cap)."""
+
+    @_builtins.property
+    def tasks(self) -> Global___TaskOptions:
+        """When set, also plan the micro-batch's tasks (the answer's `plan`)."""
+
+    @_builtins.property
+    def committed(self) -> Global___OffsetColumns:
+        """When not empty: the end of the last micro-batch Spark committed, recorded
+        as Commit records it (before the new batch is planned).
+        """
 
     def __init__(
         self,
@@ -237,14 +252,44 @@ class LatestOffsetsRequest(_message.Message):
         max_records: _builtins.int = ...,
         cap: Global___OffsetColumns | None = ...,
         fail_on_data_loss: _builtins.bool = ...,
+        tasks: Global___TaskOptions | None = ...,
+        committed: Global___OffsetColumns | None = ...,
+        group_id: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "start", b"start"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "committed", b"committed", "start", b"start", "tasks", b"tasks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "fail_on_data_loss", b"fail_on_data_loss", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "committed", b"committed", "fail_on_data_loss", b"fail_on_data_loss", "group_id", b"group_id", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "stream", b"stream", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LatestOffsetsRequest: _TypeAlias = LatestOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class TaskOptions(_message.Message):
+    """How a micro-batch is cut into Spark tasks (PlanPartitionsRequest's fields)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MIN_PARTITIONS_FIELD_NUMBER: _builtins.int
+    MAX_RECORDS_PER_PARTITION_FIELD_NUMBER: _builtins.int
+    PARALLELISM_FIELD_NUMBER: _builtins.int
+    min_partitions: _builtins.int
+    max_records_per_partition: _builtins.int
+    parallelism: _builtins.int
+    def __init__(
+        self,
+        *,
+        min_partitions: _builtins.int = ...,
+        max_records_per_partition: _builtins.int = ...,
+        parallelism: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_records_per_partition", b"max_records_per_partition", "min_partitions", b"min_partitions", "parallelism", b"parallelism"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskOptions: _TypeAlias = TaskOptions  # noqa: Y015
 
 @_typing.final
 class LatestOffsetsResponse(_message.Message):
@@ -253,6 +298,7 @@ class LatestOffsetsResponse(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
     AVAILABLE_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
     generation: _builtins.int
     @_builtins.property
     def end(self) -> Global___OffsetColumns:
@@ -266,16 +312,23 @@ class LatestOffsetsResponse(_message.Message):
         from it.
         """
 
+    @_builtins.property
+    def plan(self) -> Global___PlanPartitionsResponse:
+        """The tasks reading from the request's start to `end`, when the request
+        asked (`tasks`); as PlanPartitions would answer for them.
+        """
+
     def __init__(
         self,
         *,
         generation: _builtins.int = ...,
         end: Global___OffsetColumns | None = ...,
         available: Global___OffsetColumns | None = ...,
+        plan: Global___PlanPartitionsResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "end", b"end"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "end", b"end", "plan", b"plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "end", b"end", "generation", b"generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available", b"available", "end", b"end", "generation", b"generation", "plan", b"plan"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -68,7 +68,9 @@ class PlannerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def LatestOffsets(self, request, context):
-        """The end offsets of the next micro-batch, given its start and a read limit.
+        """The end offsets of the next micro-batch, given its start and a read
+        limit; also its tasks (what PlanPartitions answers) and the previous
+        batch's commit, when asked: one round trip per micro-batch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

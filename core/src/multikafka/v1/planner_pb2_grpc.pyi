@@ -38,7 +38,10 @@ class PlannerStub:
     to an offset vector over the stream's live splits.
     """
     LatestOffsets: _grpc.UnaryUnaryMultiCallable[_planner_pb2.LatestOffsetsRequest, _planner_pb2.LatestOffsetsResponse]
-    """The end offsets of the next micro-batch, given its start and a read limit."""
+    """The end offsets of the next micro-batch, given its start and a read
+    limit; also its tasks (what PlanPartitions answers) and the previous
+    batch's commit, when asked: one round trip per micro-batch.
+    """
     PlanPartitions: _grpc.UnaryUnaryMultiCallable[_planner_pb2.PlanPartitionsRequest, _planner_pb2.PlanPartitionsResponse]
     """Balanced Spark partitions for the range between two offset vectors."""
     Commit: _grpc.UnaryUnaryMultiCallable[_planner_pb2.CommitRequest, _planner_pb2.CommitResponse]
@@ -52,7 +55,10 @@ class PlannerAsyncStub(PlannerStub):
     to an offset vector over the stream's live splits.
     """
     LatestOffsets: _aio.UnaryUnaryMultiCallable[_planner_pb2.LatestOffsetsRequest, _planner_pb2.LatestOffsetsResponse]  # type: ignore[assignment]
-    """The end offsets of the next micro-batch, given its start and a read limit."""
+    """The end offsets of the next micro-batch, given its start and a read
+    limit; also its tasks (what PlanPartitions answers) and the previous
+    batch's commit, when asked: one round trip per micro-batch.
+    """
     PlanPartitions: _aio.UnaryUnaryMultiCallable[_planner_pb2.PlanPartitionsRequest, _planner_pb2.PlanPartitionsResponse]  # type: ignore[assignment]
     """Balanced Spark partitions for the range between two offset vectors."""
     Commit: _aio.UnaryUnaryMultiCallable[_planner_pb2.CommitRequest, _planner_pb2.CommitResponse]  # type: ignore[assignment]
@@ -75,7 +81,10 @@ class PlannerServicer(metaclass=_abc_1.ABCMeta):
         request: _planner_pb2.LatestOffsetsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_planner_pb2.LatestOffsetsResponse, _abc.Awaitable[_planner_pb2.LatestOffsetsResponse]]:
-        """The end offsets of the next micro-batch, given its start and a read limit."""
+        """The end offsets of the next micro-batch, given its start and a read
+        limit; also its tasks (what PlanPartitions answers) and the previous
+        batch's commit, when asked: one round trip per micro-batch.
+        """
 
     @_abc_1.abstractmethod
     def PlanPartitions(

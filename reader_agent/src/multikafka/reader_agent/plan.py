@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from multikafka.core.planner_client import Plan, PlannerClient
+from multikafka.core.planner_client import Plan, PlannerClient, TaskOptions
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.task import ReadTask
+
+
+def task_options(options: ReadOptions) -> TaskOptions:
+    """How ``options`` ask the coordinator to cut a micro-batch into tasks."""
+    return TaskOptions(
+        min_partitions=options.min_partitions,
+        max_records_per_partition=options.max_records_per_partition,
+        parallelism=options.parallelism,
+    )
 
 
 def read_tasks(
@@ -24,15 +33,7 @@ def read_tasks(
     coordinator for ``options`` (tasks sized by its partition settings and
     parallelism), then made into :class:`ReadTask` s
     (:func:`tasks_from_plan`)."""
-    plan = client.plan(
-        options.stream,
-        query_id,
-        start,
-        end,
-        min_partitions=options.min_partitions,
-        max_records_per_partition=options.max_records_per_partition,
-        parallelism=options.parallelism,
-    )
+    plan = client.plan(options.stream, query_id, start, end, **task_options(options)._asdict())
     return tasks_from_plan(plan, options, coordinator=coordinator, query_id=query_id)
 
 

@@ -30,11 +30,12 @@ if TYPE_CHECKING:
 from multikafka.core import offsets as ov
 from multikafka.core.admission import MinRecordsGate
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.planner_client import PlannerClient
+from multikafka.core.planner_client import Plan, PlannerClient
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent import get_agent
 from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.plan import read_tasks
+from multikafka.reader_agent.plan import read_tasks, task_options, tasks_from_plan
+from multikafka.spark.commits import PendingCommit
 from multikafka.spark.compat import (
     SPARK_VERSION,
     ReadAllAvailable,
@@ -121,6 +122,19 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         self._next_start: dict[str, Any] | None = None
         #: Whether Spark (< 4.2) asked for the latest offsets in this run.
         self._asked = False
+        #: The tasks the coordinator planned with the last latestOffset:
+        #: (start, end, plan); ``partitions`` for that batch takes them.
+        self._planned: tuple[dict[str, Any], dict[str, Any], Plan] | None = None
+        #: Commits not told to the coordinator yet (see :meth:`commit`).
+        self._commits = PendingCommit(self._send_commit)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Executors get the reader for its read(): not the driver's plans
+        # (connection settings) or commits.
+        state = super().__getstate__()
+        state["_planned"] = None
+        state["_commits"] = None
+        return state
 
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
@@ -162,15 +176,25 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
                 "or minOffsetsPerTrigger",
             )
         begin = ov.parse(start, "start")
-        got = self.client.latest_offsets(
-            self.options.stream,
-            self.query_id,
-            begin,
-            max_records=max_records,
-            cap=self._target,
-            fail_on_data_loss=self.options.fail_on_data_loss,
-        )
+        committed = self._commits.take()
+        try:
+            got = self.client.latest_offsets(
+                self.options.stream,
+                self.query_id,
+                begin,
+                max_records=max_records,
+                cap=self._target,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+                tasks=task_options(self.options),
+                committed=committed,
+                group_id=self.options.commit_group_id,
+            )
+        except BaseException:
+            self._commits.put_back(committed)
+            raise
         self._available = got.available
+        end = ov.to_document(got.end)
+        self._planned = None if got.plan is None else (start, end, got.plan)
         gate = self._gate_for(limit)
         if gate is not None and not gate.admit(begin, got.end, got.available, hold=hold):
             logger.debug(
@@ -182,8 +206,8 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
                 gate.max_delay_s,
             )
             return start
-        self._next_start = ov.to_document(got.end)
-        return self._next_start
+        self._next_start = end
+        return end
 
     def _own_limit(self) -> tuple[ReadLimit, bool]:
         """The options' read limit when Spark (< 4.2) passes none, and
@@ -228,15 +252,30 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         logger.info("query %s reads up to %s (Trigger.AvailableNow)", self.query_id, self._target)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[MultiKafkaPartition]:
+        """The batch's tasks: those the coordinator planned with the
+        latestOffset that gave ``end`` when the batch is that one (no round
+        trip), else planned now (a batch Spark plans again on restart)."""
         self._next_start = end
+        planned, self._planned = self._planned, None
+        if planned is not None and planned[0] == start and planned[1] == end:
+            tasks = tasks_from_plan(
+                planned[2], self.options, coordinator=self.connect, query_id=self.query_id
+            )
+            return [MultiKafkaPartition(task) for task in tasks]
         return self._partitions(ov.parse(start, "start"), ov.parse(end, "end"))
 
     def commit(self, end: dict[str, Any]) -> None:
-        self.client.commit(
-            self.options.stream, self.query_id, ov.parse(end, "end"), self.options.commit_group_id
-        )
+        """Spark committed the batch ending at ``end``: the coordinator
+        learns it with the next latestOffset (Spark calls it next, as a
+        rule), or by itself if that does not come within a second
+        (:mod:`multikafka.spark.commits`), or when the query stops."""
+        self._commits.put(ov.parse(end, "end"))
+
+    def _send_commit(self, end: ov.SplitOffsets) -> None:
+        self.client.commit(self.options.stream, self.query_id, end, self.options.commit_group_id)
 
     def stop(self) -> None:
+        self._commits.flush()
         if self._client is not None:
             self._client.close()
 

@@ -61,6 +61,13 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         if request.max_records < 0:
             raise ValidationError("max_records", "must not be negative (0 means no limit)")
         cap = ov.from_columns(request.cap, "cap")
+        committed = ov.from_columns(request.committed, "committed")
+        tasks = request.tasks if request.HasField("tasks") else None
+        if tasks is not None:
+            _check_task_options(tasks)
+        if len(committed):
+            group_id = validate_id(request.group_id, "group_id")
+            await batches.commit(view, query_id, committed, group_id=group_id)
         plan = await batches.latest(
             view,
             query_id,
@@ -69,11 +76,16 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             cap=cap if len(cap) else None,
             fail_on_data_loss=request.fail_on_data_loss,
         )
-        return planner_pb2.LatestOffsetsResponse(
+        response = planner_pb2.LatestOffsetsResponse(
             end=ov.to_columns(plan.end),
             available=ov.to_columns(plan.available),
             generation=view.generation,
         )
+        if tasks is not None:
+            response.plan.CopyFrom(
+                await self._plan(batches, view, query_id, start, plan.end, tasks)
+            )
+        return response
 
     @unary
     async def PlanPartitions(
@@ -84,17 +96,31 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         query_id = validate_id(request.query_id, "query_id", required=True)
         start = ov.from_columns(request.start, "start")
         end = ov.from_columns(request.end, "end")
-        for field in ("min_partitions", "max_records_per_partition"):
-            if getattr(request, field) < 0:
-                raise ValidationError(field, "must not be negative (0 means the default)")
+        options = planner_pb2.TaskOptions(
+            min_partitions=request.min_partitions,
+            max_records_per_partition=request.max_records_per_partition,
+            parallelism=request.parallelism,
+        )
+        _check_task_options(options)
+        return await self._plan(batches, view, query_id, start, end, options)
+
+    async def _plan(
+        self,
+        batches: MicroBatches,
+        view: StreamView,
+        query_id: str,
+        start: ov.SplitOffsets,
+        end: ov.SplitOffsets,
+        options: planner_pb2.TaskOptions,
+    ) -> planner_pb2.PlanPartitionsResponse:
         plan = await batches.plan(
             view,
             query_id,
             start,
             end,
-            min_partitions=request.min_partitions,
-            max_records_per_partition=request.max_records_per_partition or None,
-            parallelism=request.parallelism,
+            min_partitions=options.min_partitions,
+            max_records_per_partition=options.max_records_per_partition or None,
+            parallelism=options.parallelism,
         )
         return planner_pb2.PlanPartitionsResponse(
             tasks=ranges.columns(
@@ -123,3 +149,9 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         end = ov.from_columns(request.end, "end")
         await batches.commit(view, query_id, end, group_id=group_id)
         return planner_pb2.CommitResponse()
+
+
+def _check_task_options(options: planner_pb2.TaskOptions) -> None:
+    for field in ("min_partitions", "max_records_per_partition"):
+        if getattr(options, field) < 0:
+            raise ValidationError(field, "must not be negative (0 means the default)")
