@@ -110,10 +110,13 @@ async def _refuse_unparsed(request: _Unparsed, context: Ctx, method: str) -> NoR
 
 class ParseInterceptor(grpc.aio.ServerInterceptor):
     """Answers requests to ``prefix`` methods that do not parse with
-    ``INVALID_ARGUMENT`` (unary and server-streaming methods)."""
+    ``INVALID_ARGUMENT`` (unary and server-streaming methods). The wrapped
+    handler of a method is made once, on its first call."""
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
+        #: method -> (its handler, the wrapped handler)
+        self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(  # type: ignore[override]  # types-grpcio: generic method
         self,
@@ -126,27 +129,39 @@ class ParseInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         if handler is None or not method.startswith(self._prefix) or handler.request_streaming:
             return handler
-        # Behaviors are coroutines here (an aio server).
-        behavior: Any = handler.unary_unary
-        behavior_stream: Any = handler.unary_stream
+        known = self._wrapped.get(method)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = _refusing_unparsed(handler, method)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
 
-        async def unary(request: Any, context: Ctx) -> Any:
-            if isinstance(request, _Unparsed):
-                await _refuse_unparsed(request, context, method)
-            return await behavior(request, context)
 
-        async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
-            if isinstance(request, _Unparsed):
-                await _refuse_unparsed(request, context, method)
-            async for item in behavior_stream(request, context):
-                yield item
+def _refusing_unparsed(
+    handler: grpc.RpcMethodHandler[Any, Any], method: str
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` refusing requests that did not parse."""
+    # Behaviors are coroutines here (an aio server).
+    behavior: Any = handler.unary_unary
+    behavior_stream: Any = handler.unary_stream
 
-        return handler_like(
-            handler,
-            unary,
-            stream,
-            request_deserializer=safe_deserializer(handler.request_deserializer),
-        )
+    async def unary(request: Any, context: Ctx) -> Any:
+        if isinstance(request, _Unparsed):
+            await _refuse_unparsed(request, context, method)
+        return await behavior(request, context)
+
+    async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
+        if isinstance(request, _Unparsed):
+            await _refuse_unparsed(request, context, method)
+        async for item in behavior_stream(request, context):
+            yield item
+
+    return handler_like(
+        handler,
+        unary,
+        stream,
+        request_deserializer=safe_deserializer(handler.request_deserializer),
+    )
 
 
 def unary(

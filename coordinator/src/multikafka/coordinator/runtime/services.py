@@ -47,11 +47,14 @@ async def start_grpc_server(
     store: MetadataStore,
 ) -> tuple[grpc.aio.Server, int]:
     """The server, started, and the port it listens on."""
+    interceptors: list[grpc.aio.ServerInterceptor] = [ParseInterceptor("/multikafka.v1.")]
+    if config.admin_token or (config.reader_token and not config.mtls):
+        # Without a token to check, a call pays nothing for authentication.
+        interceptors.insert(
+            0, AuthInterceptor(config.admin_token, config.reader_token, mtls=config.mtls)
+        )
     server = grpc.aio.server(
-        interceptors=[
-            AuthInterceptor(config.admin_token, config.reader_token, mtls=config.mtls),
-            ParseInterceptor("/multikafka.v1."),
-        ],
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
             ("grpc.keepalive_permit_without_calls", 1),
