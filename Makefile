@@ -73,6 +73,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.latency
 	$(PY) -m benchmarks.cold_start
 	$(PY) -m benchmarks.splits_scale
+	$(PY) -m benchmarks.planner_load
 	$(PY) -m benchmarks.reconcile_latency
 	$(PY) -m benchmarks.leaks
 	$(PY) -m benchmarks.failover_gap

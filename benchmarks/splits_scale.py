@@ -75,6 +75,8 @@ if TYPE_CHECKING:
     from multikafka.core.model import Connection
     from multikafka.core.offsets import SplitOffsets
 
+#: The coordinator's ``watermark_max_age_s`` (for :mod:`benchmarks.planner_load`).
+WATERMARK_AGE_VARIABLE = "MULTIKAFKA_BENCH_WATERMARK_MAX_AGE_S"
 CALLS = ("ping", "resolve", "latest", "latest_limited", "plan", "commit")
 #: The calls the goal is about (each ≤ 100 ms of coordinator time at 100k splits).
 GOAL_CALLS = ("latest", "plan")
@@ -128,7 +130,13 @@ def _usage() -> dict[str, float]:
         for line in status.splitlines()
         if line.startswith(("VmRSS", "VmHWM"))
     }
-    return {"cpu_s": time.process_time(), "rss_mb": mem["VmRSS"], "hwm_mb": mem["VmHWM"]}
+    return {
+        "cpu_s": time.process_time(),
+        # asked on the event loop: its thread alone
+        "loop_cpu_s": time.thread_time(),
+        "rss_mb": mem["VmRSS"],
+        "hwm_mb": mem["VmHWM"],
+    }
 
 
 def serve(etcd_url: str, prefix: str, fake: bool) -> None:
@@ -148,6 +156,8 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
         listen="127.0.0.1:0",
         # Rediscovering 1,000 topics every 5 s would land in the calls' CPU.
         discovery_interval_s=300.0,
+        # benchmarks.planner_load --watermark-max-age
+        watermark_max_age_s=float(os.environ.get(WATERMARK_AGE_VARIABLE, "0.1")),
     )
     factory = ScaleMetadata if fake else KafkaMetadataClient
     profiler = cProfile.Profile()

@@ -1,0 +1,504 @@
+"""Planner load: what one leader's Planner service costs per trigger when
+many queries plan their micro-batches at once, and how far it goes.
+
+    python -m benchmarks.planner_load [--queries 1,10,100,300,1000] [--trigger 1.0]
+        [--seconds 10] [--workers 8] [--nice 5] [--floor 100,1000]
+        [--watermark-max-age 0.1] [--profile] [--py-spy] [--out docs]
+
+Starts etcd, two tansu clusters with 5 topics x 10 partitions each (100
+splits) and a coordinator in a process of its own (the product, real Kafka
+metadata client; :class:`benchmarks.splits_scale.CoordinatorChild`). A
+producer thread writes about 200 records a second over every partition, so
+that most triggers plan a small batch.
+
+For each ``N`` in ``--queries``, N simulated queries run in ``--workers``
+processes of their own (at niceness ``--nice``), each query a thread driving
+the **driver side of the Spark source itself**
+(:class:`multikafka.spark.source.MultiKafkaStreamReader`, no Spark) through
+what Spark's micro-batch loop calls once per trigger, in Spark's order:
+``latestOffset(start, ReadAllAvailable)``, then (a new batch) ``commit`` of
+the previous batch's end and ``partitions(start, end)``. Each query triggers
+every ``--trigger`` seconds (their phases spread over the interval); after
+a warm-up, a window of ``--seconds``:
+
+* ``cpu_ms_per_trigger``: the coordinator process's CPU (every thread) over
+  the window, divided by the triggers of all queries in it; ``net_``: above
+  its idle CPU (measured first, with no query: heartbeats, discovery);
+  ``loop_``: its event loop's thread alone;
+* ``p50``/``p99``: the client's wall time per trigger (the three calls);
+* ``triggers_per_s``: triggers completed per second (a query whose trigger
+  takes longer than its interval falls behind: then fewer than N per interval;
+  below 80 % the run is *saturated*: the machine, which runs the simulated
+  queries too, could not keep up, and the plot leaves it out);
+* ``client_cpu_ms_per_trigger``: the simulated queries' own CPU per trigger.
+
+The floor (``--floor``: at those N): the same clients making one gRPC health
+check per trigger instead, what any call to a Python gRPC server costs it.
+
+The goal (issue 18): at most 1 ms of coordinator CPU per trigger of a
+100-split query, so one leader serves 1,000 such queries at one trigger a
+second, and a client p99 at most 50 ms at 100 queries. ``--profile``
+records a cProfile of the coordinator's event loop at the largest N.
+
+Writes ``benchmarks/out/planner_load.json`` and ``<out>/img/planner_load.png``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from benchmarks._common import (
+    OUT_DIR,
+    ROOT,
+    console,
+    finish,
+    machine,
+    percentile,
+    progress_bar,
+    quiet_logs,
+    wait_until,
+)
+from benchmarks.splits_scale import (
+    WATERMARK_AGE_VARIABLE,
+    CoordinatorChild,
+    etcd_server,
+    py_spy,
+    spy_top,
+)
+
+STREAM = "load"
+TOPICS = 5
+PARTITIONS = 10
+CLUSTERS = ("a", "b")
+GOAL_CPU_MS = 1.0
+GOAL_P99_MS = 50.0
+GOAL_AT = 100
+#: Records a second the producer writes over all partitions.
+RATE = 200
+
+
+# -- the simulated queries (a process of their own) ---------------------------------------
+
+
+def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> None:
+    """Run ``count`` simulated queries until ``plan["end"]``; print one JSON
+    line: the wall times of triggers that started inside the window, and
+    how many triggers each phase completed. ``plan["mode"]`` ``ping``: each
+    trigger is one gRPC health check instead (the floor of a call)."""
+    quiet_logs()
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from multikafka.spark.compat import ReadAllAvailable
+    from multikafka.spark.options import parse_options
+    from multikafka.spark.source import MultiKafkaStreamReader
+
+    trigger_s, start, end = plan["trigger_s"], plan["start"], plan["end"]
+    window = (plan["window_start"], plan["window_end"])
+    walls: list[float] = []
+    counts = {"window": 0, "all": 0, "errors": 0}
+    lock = threading.Lock()
+
+    def ping(i: int) -> None:
+        channel = grpc.insecure_channel(address)
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest(service="")
+        at = start + trigger_s * (first + i) / plan["queries"] % trigger_s
+        while at < end:
+            time.sleep(max(0.0, at - time.time()))
+            t0 = time.time()
+            try:
+                stub.Check(request, timeout=30)
+            except grpc.RpcError:
+                with lock:
+                    counts["errors"] += 1
+            t1 = time.time()
+            with lock:
+                counts["all"] += 1
+                if window[0] <= t0 and t1 <= window[1]:
+                    walls.append((t1 - t0) * 1000)
+                    counts["window"] += 1
+            at = max(at + trigger_s, t1)
+        channel.close()
+
+    def one(i: int) -> None:
+        options = parse_options(
+            {
+                "coordinator": address,
+                "stream": STREAM,
+                "startingOffsets": "latest",
+                "queryId": f"load-{first + i}",
+            },
+            streaming=True,
+            parallelism=2,
+        )
+        reader = MultiKafkaStreamReader(options)
+        at = start + trigger_s * (first + i) / plan["queries"] % trigger_s
+        previous: dict[str, Any] | None = None
+        begin = reader.initialOffset()
+        while at < end:
+            time.sleep(max(0.0, at - time.time()))
+            t0 = time.time()
+            try:
+                latest = reader.latestOffset(begin, ReadAllAvailable())
+                if latest != begin:
+                    if previous is not None:
+                        reader.commit(previous)
+                    reader.partitions(begin, latest)
+                    previous, begin = latest, latest
+            except Exception:
+                with lock:
+                    counts["errors"] += 1
+            t1 = time.time()
+            with lock:
+                counts["all"] += 1
+                if window[0] <= t0 and t1 <= window[1]:
+                    walls.append((t1 - t0) * 1000)
+                    counts["window"] += 1
+            at = max(at + trigger_s, t1)
+        reader.stop()
+
+    target = ping if plan["mode"] == "ping" else one
+    threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    cpu = time.process_time()
+    sys.stdout.write(json.dumps({"walls_ms": walls, "cpu_s": cpu, **counts}) + "\n")
+
+
+# -- the benchmark ----------------------------------------------------------------------
+
+
+def layout(work: Path, cleanup: ExitStack) -> dict[str, tuple[str, list[str]]]:
+    from multikafka.devstack import TansuBroker
+    from multikafka.devstack.feed import create_topics
+
+    out: dict[str, tuple[str, list[str]]] = {}
+    for name in CLUSTERS:
+        broker = TansuBroker(work, name).start()
+        cleanup.callback(broker.stop)
+        topics = [f"t{t}" for t in range(TOPICS)]
+        create_topics(broker.bootstrap, dict.fromkeys(topics, PARTITIONS), timeout_s=120)
+        out[name] = (broker.bootstrap, topics)
+    return out
+
+
+def produce(clusters: dict[str, tuple[str, list[str]]], stop: threading.Event) -> None:
+    """About :data:`RATE` records a second, round robin over every partition."""
+    from confluent_kafka import Producer
+
+    producers = [
+        (Producer({"bootstrap.servers": bs, "linger.ms": 20}), topics)
+        for bs, topics in clusters.values()
+    ]
+    n = 0
+    while not stop.wait(0.05):
+        for _ in range(RATE // 20):
+            producer, topics = producers[n % len(producers)]
+            k = n // len(producers)
+            producer.produce(topics[k % TOPICS], value=b"x" * 100, partition=k // TOPICS % 10)
+            n += 1
+        for producer, _ in producers:
+            producer.poll(0)
+    for producer, _ in producers:
+        producer.flush(10)
+
+
+def idle_cpu(child: CoordinatorChild, seconds: float) -> float:
+    """The coordinator's CPU-seconds per second with no query planning."""
+    before = child.usage()
+    time.sleep(seconds)
+    after = child.usage()
+    return (after["cpu_s"] - before["cpu_s"]) / seconds
+
+
+def run_load(
+    child: CoordinatorChild,
+    n: int,
+    args: argparse.Namespace,
+    work: Path,
+    idle_cpu_s_per_s: float,
+    mode: str = "source",
+    spy_to: Path | None = None,
+) -> dict[str, Any]:
+    """N queries for a warm-up and a window; the coordinator's CPU per
+    trigger and the clients' wall times."""
+    workers = max(1, min(args.workers, n))
+    now = time.time()
+    start = now + 3.0 + n / 50  # processes start, import, connect, resolve
+    window_start = start + args.warmup
+    window_end = window_start + args.seconds
+    plan = {
+        "trigger_s": args.trigger,
+        "start": start,
+        "end": window_end + args.trigger,
+        "window_start": window_start,
+        "window_end": window_end,
+        "queries": n,
+        "mode": mode,
+    }
+    procs = []
+    first = 0
+    for w in range(workers):
+        count = n // workers + (w < n % workers)
+        log = (work / f"q{n}-{w}.log").open("w")
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.planner_load",
+                    "queries",
+                    child.address,
+                    str(count),
+                    str(first),
+                    json.dumps(plan),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                cwd=ROOT,
+                preexec_fn=lambda: os.nice(args.nice),
+            )
+        )
+        first += count
+    time.sleep(max(0.0, window_start - time.time()))
+    before = child.usage()
+    with py_spy(child.pid, spy_to):
+        time.sleep(max(0.0, window_end - time.time()))
+    after = child.usage()
+    walls: list[float] = []
+    triggers = errors = every = 0
+    client_cpu_s = 0.0
+    for p in procs:
+        out, _ = p.communicate(timeout=120 + n)
+        if p.returncode:
+            raise RuntimeError(f"a query process failed; see {work}/q{n}-*.log")
+        got = json.loads(out.strip().splitlines()[-1])
+        walls += got["walls_ms"]
+        triggers += got["window"]
+        errors += got["errors"]
+        every += got["all"]
+        client_cpu_s += got["cpu_s"]
+    cpu_ms = (after["cpu_s"] - before["cpu_s"]) * 1000
+    loop_ms = (after["loop_cpu_s"] - before["loop_cpu_s"]) * 1000
+    idle_ms = idle_cpu_s_per_s * 1000 * args.seconds
+    return {
+        "queries": n,
+        "mode": mode,
+        "workers": workers,
+        "triggers": triggers,
+        "errors": errors,
+        "triggers_per_s": triggers / args.seconds,
+        # The clients' own CPU per trigger (every trigger they made, start-up
+        # included): what simulating N queries takes from the same machine.
+        "client_cpu_ms_per_trigger": client_cpu_s * 1000 / max(every, 1),
+        # Fewer triggers than asked for: the machine (clients and
+        # coordinator on its cores) could not keep up.
+        "saturated": triggers < 0.8 * n * args.seconds / args.trigger,
+        "cpu_ms_per_trigger": cpu_ms / max(triggers, 1),
+        # Above what the coordinator spends idle (heartbeats, discovery).
+        "net_cpu_ms_per_trigger": max(cpu_ms - idle_ms, 0.0) / max(triggers, 1),
+        "loop_cpu_ms_per_trigger": loop_ms / max(triggers, 1),
+        "coordinator_cpu_share": cpu_ms / 1000 / args.seconds,
+        "p50_ms": percentile(walls, 50) if walls else float("nan"),
+        "p99_ms": percentile(walls, 99) if walls else float("nan"),
+        "rss_mb": after["rss_mb"],
+    }
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in result["runs"] if not r["saturated"]]
+    ns = [r["queries"] for r in runs]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot(ns, [r["cpu_ms_per_trigger"] for r in runs], "o-", label="coordinator process")
+    left.plot(ns, [r["net_cpu_ms_per_trigger"] for r in runs], "o--", label="above its idle CPU")
+    floor = result.get("floor", [])
+    if floor:
+        left.plot(
+            [f["queries"] for f in floor],
+            [f["net_cpu_ms_per_trigger"] for f in floor],
+            "s",
+            color="tab:green",
+            label="floor: one gRPC ping",
+        )
+    left.axhline(GOAL_CPU_MS, color="grey", ls="--", label=f"goal {GOAL_CPU_MS:g} ms")
+    left.set_xscale("log")
+    left.set_xlabel("concurrent queries (one trigger a second)")
+    left.set_ylabel("coordinator CPU per trigger (ms)")
+    left.set_ylim(bottom=0)
+    left.legend()
+    right.plot(ns, [r["p99_ms"] for r in runs], "o-", label="p99")
+    right.plot(ns, [r["p50_ms"] for r in runs], "o--", label="p50")
+    right.axhline(GOAL_P99_MS, color="grey", ls="--", label=f"goal p99 {GOAL_P99_MS:g} ms at 100")
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("concurrent queries (one trigger a second)")
+    right.set_ylabel("client wall time per trigger (ms)")
+    right.legend()
+    fig.suptitle("Planner load: 100-split queries against one leader")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    table = Table(title="planner load (100 splits per query)")
+    cols = ("queries", "triggers/s", "CPU ms/trigger", "above idle", "event loop")
+    for col in (*cols, "coordinator CPU", "p50 ms", "p99 ms", "client CPU ms"):
+        table.add_column(col, justify="right")
+    for r in result["runs"]:
+        table.add_row(
+            f"{r['queries']:,}",
+            f"{r['triggers_per_s']:.0f}" + (" (saturated)" if r["saturated"] else ""),
+            f"{r['cpu_ms_per_trigger']:.2f}",
+            f"{r['net_cpu_ms_per_trigger']:.2f}",
+            f"{r['loop_cpu_ms_per_trigger']:.2f}",
+            f"{r['coordinator_cpu_share']:.0%}",
+            f"{r['p50_ms']:.1f}",
+            f"{r['p99_ms']:.1f}",
+            f"{r['client_cpu_ms_per_trigger']:.2f}",
+        )
+    console.print(table)
+    for f in result["floor"]:
+        console.print(
+            f"floor, {f['queries']:,} clients of one gRPC ping a second: "
+            f"{f['net_cpu_ms_per_trigger']:.2f} ms of coordinator CPU per ping above idle "
+            f"(event loop {f['loop_cpu_ms_per_trigger']:.2f}), p99 {f['p99_ms']:.1f} ms"
+        )
+    console.print(f"idle coordinator: {result['idle_cpu_s_per_s']:.1%} of a core")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["queries"]:
+        queries_main(argv[1], int(argv[2]), int(argv[3]), json.loads(argv[4]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", default="1,10,100,300,1000", help="comma-separated N")
+    parser.add_argument("--trigger", type=float, default=1.0, help="seconds between triggers")
+    parser.add_argument("--warmup", type=float, default=4.0, help="seconds before the window")
+    parser.add_argument("--seconds", type=float, default=10.0, help="the measured window")
+    parser.add_argument("--workers", type=int, default=8, help="processes of simulated queries")
+    parser.add_argument("--nice", type=int, default=5, help="niceness of the query processes")
+    parser.add_argument("--profile", action="store_true", help="cProfile the largest N")
+    parser.add_argument(
+        "--py-spy", action="store_true", help="py-spy the coordinator at the largest N"
+    )
+    parser.add_argument(
+        "--floor", default="100,1000", help="N at which to measure the floor (gRPC pings)"
+    )
+    parser.add_argument(
+        "--watermark-max-age", type=float, default=0.1, help="the coordinator's option (s)"
+    )
+    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
+    args = parser.parse_args(argv)
+    counts = sorted(int(x) for x in args.queries.split(",") if x.strip())
+    quiet_logs()
+    os.environ[WATERMARK_AGE_VARIABLE] = str(args.watermark_max_age)
+    result: dict[str, Any] = {
+        "benchmark": "planner_load",
+        "machine": machine(),
+        "config": {
+            "queries": counts,
+            "trigger_s": args.trigger,
+            "seconds": args.seconds,
+            "workers": args.workers,
+            "nice": args.nice,
+            "splits": len(CLUSTERS) * TOPICS * PARTITIONS,
+            "records_per_s": RATE,
+            "watermark_max_age_s": args.watermark_max_age,
+        },
+        "runs": [],
+        "floor": [],
+    }
+    console.rule("[bold]multikafka planner load")
+    work = Path(tempfile.mkdtemp(prefix="multikafka-load-"))
+    stop = threading.Event()
+    try:
+        with ExitStack() as cleanup, progress_bar() as progress:
+            task = progress.add_task("starting", total=len(counts), note="etcd, tansu")
+            etcd_url = cleanup.enter_context(etcd_server(work))
+            clusters = layout(work, cleanup)
+            feeder = threading.Thread(target=produce, args=(clusters, stop), daemon=True)
+            feeder.start()
+            cleanup.callback(feeder.join)
+            cleanup.callback(stop.set)
+            child = CoordinatorChild(etcd_url, "/load", fake=False, log=work / "coordinator.log")
+            cleanup.callback(child.stop)
+            _put_stream(child.address, clusters)
+            progress.update(task, description="idle", note="baseline")
+            idle = result["idle_cpu_s_per_s"] = idle_cpu(child, args.seconds)
+            floor_at = {int(x) for x in args.floor.split(",") if x.strip()}
+            for n in counts:
+                progress.update(task, description=f"{n:,} queries", note="running")
+                if args.profile and n == counts[-1]:
+                    child.ask("profile-start")
+                spy = work / "spy.txt" if args.py_spy and n == counts[-1] else None
+                result["runs"].append(run_load(child, n, args, work, idle, spy_to=spy))
+                if spy is not None and spy.exists():
+                    result["py_spy"] = spy_top(spy, 25)
+                if args.profile and n == counts[-1]:
+                    prof = OUT_DIR / "planner_load.prof"
+                    result["profile_top"] = child.ask(f"profile-stop {prof}")
+                if n in floor_at:
+                    progress.update(task, note="floor: gRPC pings")
+                    result["floor"].append(run_load(child, n, args, work, idle, "ping"))
+                progress.update(task, advance=1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    json_path, png = finish("planner_load", result, args.out, plot)
+    print_summary(result)
+    for kind, rows in (result.get("py_spy") or {}).items():
+        console.print(f"py-spy of the coordinator process ({kind}, share of samples):")
+        for row in rows[:25]:
+            console.print(f"  {row['share']:6.1%} {row['function']}")
+    for row in result.get("profile_top") or []:
+        console.print(f"  {row['cumtime_s']:8.3f} s {row['calls']:>9} {row['function']}")
+    console.print(f"wrote {json_path} and {png}")
+    return 0
+
+
+def _put_stream(address: str, clusters: dict[str, tuple[str, list[str]]]) -> None:
+    from multikafka.core.admin_client import AdminClient
+    from multikafka.core.planner_client import PlannerClient
+    from multikafka.devstack.stack import stream_doc
+    from multikafka.v1 import planner_pb2
+
+    with AdminClient(address) as admin:
+        admin.put_stream(stream_doc(STREAM, clusters))
+    planner = PlannerClient(address)
+    latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
+    splits = len(CLUSTERS) * TOPICS * PARTITIONS
+    try:
+        wait_until(
+            lambda: len(planner.resolve(STREAM, latest)[0]) >= splits, 120, "splits discovered"
+        )
+    finally:
+        planner.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
