@@ -80,13 +80,11 @@ def test_stopping_offsets_cap_every_plan(
     start, _ = planner.resolve(name, EARLIEST)
     first = latest(planner, name, "q", start)
     assert first == end
-    # The stopped split gets no more data; the others do.
+    # The stopped split gets no more data; the others do (once the
+    # coordinator's shared watermarks are renewed: at most 0.1 s later).
     produce_sequence(a.bootstrap, topic, 2, "a", range(20, 24))
-    assert latest(planner, name, "q", first) == {
-        f"a/{topic}/0": 4,
-        f"a/{topic}/1": 14,
-        f"b/{topic}/0": 6,
-    }
+    moved = {f"a/{topic}/0": 4, f"a/{topic}/1": 14, f"b/{topic}/0": 6}
+    eventually(lambda: latest(planner, name, "q", first) == moved, timeout_s=10)
     # Tasks never reach past the stop.
     plan = planner.plan(name, "q", start, first, min_partitions=1, max_records_per_partition=1000)
     ranges = {(r.cluster, r.partition): (r.start, r.until) for t in plan.tasks for r in t}
