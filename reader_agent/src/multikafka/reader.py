@@ -224,6 +224,8 @@ class Reader:
         self._agent = agent
         #: Where each split goes on; None until the first batch resolves the start.
         self._position: dict[str, int] | None = None
+        #: The position last told to the coordinator by :meth:`commit`.
+        self._committed: dict[str, int] | None = None
         self._closed = False
 
     @property
@@ -252,9 +254,9 @@ class Reader:
     def commit(self) -> None:
         """Tell the coordinator this query is done up to :attr:`offsets`
         (and commit them to ``commit_group_id`` on every cluster, if set)."""
-        self._client.commit(
-            self.stream, self.query_id, self._current(), self.options.commit_group_id
-        )
+        position = self._current()
+        self._client.commit(self.stream, self.query_id, position, self.options.commit_group_id)
+        self._committed = position
 
     # -- reading -------------------------------------------------------------------
 
@@ -319,9 +321,16 @@ class Reader:
                         self._position = moving
                         yield held
                     held = batch
-            self._position = end
+            before, self._position = self._position, end
             if held is not None:
                 yield held
+            elif before == self._committed:
+                # A micro-batch without records that changed the splits (a
+                # drained cluster's retired, a new one's entered): nothing for
+                # the caller to process, so nothing to commit after; where the
+                # caller had committed everything before it, its end is
+                # committed here, or a drain would wait for the next record.
+                self.commit()
             idle_since = time.monotonic()
 
     async def abatches(self, idle_timeout_s: float | None = None) -> AsyncIterator[pa.RecordBatch]:
