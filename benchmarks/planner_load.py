@@ -57,6 +57,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -115,17 +116,15 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     counts = {"window": 0, "all": 0, "errors": 0}
     lock = threading.Lock()
 
-    def ping(i: int) -> None:
-        channel = grpc.insecure_channel(address)
-        stub = health_pb2_grpc.HealthStub(channel)
-        request = health_pb2.HealthCheckRequest(service="")
+    def triggers(i: int, trigger: Callable[[], object]) -> None:
+        """Call ``trigger`` once every trigger interval, timing each."""
         at = start + trigger_s * (first + i) / plan["queries"] % trigger_s
         while at < end:
             time.sleep(max(0.0, at - time.time()))
             t0 = time.time()
             try:
-                stub.Check(request, timeout=30)
-            except grpc.RpcError:
+                trigger()
+            except Exception:
                 with lock:
                     counts["errors"] += 1
             t1 = time.time()
@@ -135,6 +134,12 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
                     walls.append((t1 - t0) * 1000)
                     counts["window"] += 1
             at = max(at + trigger_s, t1)
+
+    def ping(i: int) -> None:
+        channel = grpc.insecure_channel(address)
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest(service="")
+        triggers(i, lambda: stub.Check(request, timeout=30))
         channel.close()
 
     def one(i: int) -> None:
@@ -149,29 +154,19 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
             parallelism=2,
         )
         reader = MultiKafkaStreamReader(options)
-        at = start + trigger_s * (first + i) / plan["queries"] % trigger_s
-        previous: dict[str, Any] | None = None
-        begin = reader.initialOffset()
-        while at < end:
-            time.sleep(max(0.0, at - time.time()))
-            t0 = time.time()
-            try:
-                latest = reader.latestOffset(begin, ReadAllAvailable())
-                if latest != begin:
-                    if previous is not None:
-                        reader.commit(previous)
-                    reader.partitions(begin, latest)
-                    previous, begin = latest, latest
-            except Exception:
-                with lock:
-                    counts["errors"] += 1
-            t1 = time.time()
-            with lock:
-                counts["all"] += 1
-                if window[0] <= t0 and t1 <= window[1]:
-                    walls.append((t1 - t0) * 1000)
-                    counts["window"] += 1
-            at = max(at + trigger_s, t1)
+        at: dict[str, Any] = {"begin": reader.initialOffset(), "previous": None}
+
+        def trigger() -> None:
+            """Spark's calls of a trigger, in its order."""
+            begin = at["begin"]
+            latest = reader.latestOffset(begin, ReadAllAvailable())
+            if latest != begin:
+                if at["previous"] is not None:
+                    reader.commit(at["previous"])
+                reader.partitions(begin, latest)
+                at["previous"] = at["begin"] = latest
+
+        triggers(i, trigger)
         reader.stop()
 
     target = ping if plan["mode"] == "ping" else one
