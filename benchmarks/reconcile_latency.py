@@ -15,7 +15,9 @@ other, each with a coordinator of its own (own etcd prefix):
   workers run at niceness ``--nice`` (default 10): in production agents run
   on other machines, and here a thousand agents' threads would otherwise
   take the CPU from the coordinator and etcd (the coordinator loses its
-  lease) on a small machine.
+  lease) on a small machine. ``--pin`` instead puts the coordinator, etcd
+  and the broker on the first CPU and the agents' workers on the others
+  (``sched_setaffinity`` of every thread; niceness 0 unless ``--nice``).
 
 Every agent is a standalone ``ReaderAgent`` with its own coordinator link
 (subscription, heartbeats every ``--heartbeat`` seconds) and its own TCP
@@ -231,6 +233,7 @@ class Agents:
         *,
         own_connections: bool = True,
         nice: int = 0,
+        cpus: set[int] | None = None,
     ) -> None:
         self.layout = layout
         self.n = n
@@ -250,6 +253,9 @@ class Agents:
                 for i in range(count)
             ]
             _parallel([p.start for p in self._procs])
+            if cpus:
+                for p in self._procs:
+                    pin(p.pid, cpus)
             ids = _parallel(
                 [
                     (lambda p=p, k=k: p.call("start", coordinator, k, heartbeat_s))
@@ -314,6 +320,21 @@ class Agents:
             self._fleet.close()
         _parallel([p.stop for p in self._procs])
         self._procs = []
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` (and so the threads they start) on
+    ``cpus``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def split_cpus() -> tuple[set[int], set[int]]:
+    """(the coordinator's side, the agents'): the first CPU, the others."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    return {cpus[0]}, set(cpus[1:])
 
 
 def _parallel(fns: list[Any]) -> list[Any]:
@@ -565,7 +586,9 @@ def base_stack() -> Iterator[LocalStack]:
 
 
 @contextmanager
-def layout_bench(stack: LocalStack, layout: str, heartbeat_s: float) -> Iterator[Bench]:
+def layout_bench(
+    stack: LocalStack, layout: str, heartbeat_s: float, pinned: bool = False
+) -> Iterator[Bench]:
     """A coordinator for ``layout`` (own prefix), an admin client, the etcd
     gateway client and the watcher of the stream's key."""
     from multikafka.coordinator import CoordinatorConfig, EtcdEndpoint
@@ -590,6 +613,14 @@ def layout_bench(stack: LocalStack, layout: str, heartbeat_s: float) -> Iterator
             else:
                 proc = CoordinatorProcess(stack.etcd.url, **config).start()
                 cleanup.callback(proc.stop)
+                if pinned:
+                    side = split_cpus()[0]
+                    for pid in (
+                        proc.pid,
+                        stack.etcd.process.pid,
+                        stack.clusters[CLUSTER].process.pid,
+                    ):
+                        pin(pid, side)
                 coordinator = Coordinator(proc.address, proc.pid)
                 coordinator.process = proc
         admin = cleanup.enter_context(AdminClient(coordinator.address))
@@ -614,6 +645,7 @@ def start_agents(bench: Bench, args: argparse.Namespace, layout: str, n: int) ->
         args.heartbeat,
         own_connections=not args.shared_connections,
         nice=args.nice,
+        cpus=split_cpus()[1] if args.pin and layout == "procs" else None,
     )
     try:
         ids = set(agents.ids)
@@ -794,7 +826,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             counts = [n for lay, n in plan if lay == layout]
             if not counts:
                 continue
-            with layout_bench(stack, layout, args.heartbeat) as bench:
+            with layout_bench(stack, layout, args.heartbeat, args.pin) as bench:
                 for n in counts:
                     result, rounds = run_count(bench, args, layout, n, progress)
                     layouts.setdefault(layout, {})[str(n)] = result
@@ -1024,6 +1056,11 @@ def main(argv: list[str] | None = None) -> int:
         default=10,
         help="niceness of the agents' worker processes (0: compete with the coordinator)",
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="procs: coordinator, etcd and broker on the first CPU, agents on the others",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the coordinator")
     parser.add_argument("--py-spy", action="store_true", help="py-spy the coordinator process")
     parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
@@ -1053,6 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
             "agent_heartbeat_s": args.heartbeat,
             "own_connections": not args.shared_connections,
             "agents_nice": args.nice,
+            "pinned": args.pin,
             "fd_limit": fd_limit,
         },
     }

@@ -29,8 +29,12 @@ class FakeReader(reader_pb2_grpc.ReaderServicer):
         self.acked: list[int] = []
         self.second = threading.Event()
         self.done = threading.Event()
+        self.registered = 0
+        #: Acknowledge calls to fail after their first acknowledgement.
+        self.break_acks = 0
 
     def Register(self, request: Any, context: Any) -> reader_pb2.RegisterResponse:
+        self.registered += 1
         return reader_pb2.RegisterResponse(generation=7, heartbeat_interval_ms=60_000)
 
     def Subscribe(self, request: Any, context: Any) -> Iterator[reader_pb2.ReconcileEvent]:
@@ -46,12 +50,15 @@ class FakeReader(reader_pb2_grpc.ReaderServicer):
     def Acknowledge(self, requests: Any, context: Any) -> reader_pb2.AckResponse:
         for ack in requests:
             self.acked.append(ack.applied_generation)
+            if self.break_acks:
+                self.break_acks -= 1
+                context.abort(grpc.StatusCode.INTERNAL, "broken on purpose")
         return reader_pb2.AckResponse()
 
 
 def _serve(with_ack: bool) -> Iterator[tuple[FakeReader, str]]:
     servicer = FakeReader()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
     handlers = {
         "Register": grpc.unary_unary_rpc_method_handler(
             servicer.Register,
@@ -145,3 +152,57 @@ def test_acknowledgements_go_on_the_held_call_and_close_quietly(
         link.close()
     assert servicer.applied == []
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_each_event_is_acknowledged_after_it_was_applied(
+    current: tuple[FakeReader, str],
+) -> None:
+    """The acknowledgement of an event is written once it was applied, by
+    the thread that applied it (no hand-over), and only then."""
+    servicer, address = current
+    events: list[int] = []
+    seen_acks: list[list[int]] = []
+
+    def on_event(event: reader_pb2.ReconcileEvent) -> None:
+        seen_acks.append(list(servicer.acked))  # what was acknowledged before applying
+        events.append(event.generation)
+
+    link = CoordinatorLink(
+        ConnectConfig.parse(address),
+        "agent-1",
+        on_event,
+        lambda: (max(events, default=0), []),
+        heartbeat_interval_s=60.0,
+        retry_s=0.05,
+    )
+    link.start()
+    try:
+        eventually(lambda: servicer.acked == [7], timeout_s=10)
+        servicer.second.set()
+        eventually(lambda: servicer.acked == [7, 8], timeout_s=10)
+    finally:
+        link.close()
+    assert events == [7, 8]
+    assert seen_acks == [[], [7]]
+    assert servicer.applied == []  # no heartbeat did it
+
+
+def test_a_broken_acknowledge_call_subscribes_again(
+    current: tuple[FakeReader, str],
+) -> None:
+    """The Acknowledge call and the subscription live together: when the
+    call breaks the link registers and subscribes again (a new snapshot)
+    and acknowledges on a new call."""
+    servicer, address = current
+    servicer.break_acks = 1
+    events: list[int] = []
+    link = _link(address, events)
+    link.start()
+    try:
+        eventually(lambda: servicer.registered >= 2 and servicer.acked.count(7) >= 2, timeout_s=10)
+        servicer.second.set()
+        eventually(lambda: 8 in servicer.acked, timeout_s=10)
+    finally:
+        link.close()
+    assert events[-1] == 8
+    assert servicer.applied == []

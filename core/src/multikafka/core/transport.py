@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -162,8 +162,10 @@ class Coordinators:
     """Channels to the coordinator's replicas; calls go to the leader (see
     the module docstring). Thread-safe."""
 
-    def __init__(self, config: ConnectConfig) -> None:
+    def __init__(self, config: ConnectConfig, options: tuple[tuple[str, Any], ...] = ()) -> None:
         self.config = config
+        #: Channel options beyond the common ones (a client's own).
+        self._options = (*_OPTIONS, *options)
         self._lock = threading.Lock()
         self._address = config.addresses[0]
         self._next = 0
@@ -190,13 +192,13 @@ class Coordinators:
 
     def _open(self, address: str) -> grpc.Channel:
         if not self.config.tls:
-            return grpc.insecure_channel(address, options=_OPTIONS)
+            return grpc.insecure_channel(address, options=self._options)
         creds = grpc.ssl_channel_credentials(
             root_certificates=self.config.tls_ca,
             private_key=self.config.key,
             certificate_chain=self.config.cert,
         )
-        options = list(_OPTIONS)
+        options = list(self._options)
         if address not in self.config.addresses:
             # A leader a standby named, by its own (advertised) address: check
             # its certificate against the name we were given.

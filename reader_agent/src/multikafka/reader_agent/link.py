@@ -1,11 +1,18 @@
 """The agent's connection to the coordinator's Reader service.
 
-Three background threads: one holds the Subscribe stream (registering and
-subscribing again whenever it breaks, at the leader: a standby's answer names
-it), one holds an Acknowledge call on which it sends the generation of every
-event it applied (the acknowledgement that ends a reconcile), and one sends
-heartbeats. A coordinator without Acknowledge (older) gets a heartbeat at
-once after every applied event instead.
+Two background threads: one holds the Subscribe stream with an Acknowledge
+call beside it (registering and subscribing again whenever either breaks, at
+the leader: a standby's answer names it), and one sends heartbeats. A
+coordinator without Acknowledge (older) gets a heartbeat at once after every
+applied event instead.
+
+Per event the agent does as little as it can, because a thousand agents
+share the machines of a job: gRPC's thread that writes the Acknowledge
+call's messages is the one that receives the event (its request iterator,
+:class:`_Follower`, reads the subscription), applies it and writes its
+acknowledgement, a single small message on the open call. No thread hands
+the event or the acknowledgement to another, and the subscription is a
+single-threaded call (no gRPC thread polls it for Python).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -47,13 +54,12 @@ class CoordinatorLink:
         self._stats = stats
         self._heartbeat_s = heartbeat_interval_s
         self._backoff = Backoff.constant(retry_s)
-        self._coordinators = Coordinators(config)
+        # Subscribe, the only response stream: read by the thread that waits
+        # for it, not through a channel thread handing each event over.
+        self._coordinators = Coordinators(config, _SINGLE_THREADED_STREAMS)
         self._threads = BackgroundThreads(f"multikafka-link-{config.addresses[0]}")
         self._beat = threading.Event()
         self._stream: Any = None
-        #: Newest generation applied, and whether it still needs acknowledging.
-        self._applied = 0
-        self._ack = threading.Event()
         #: False once the coordinator answered Acknowledge UNIMPLEMENTED.
         self._ack_calls = True
         self._ack_call: Any = None
@@ -64,12 +70,10 @@ class CoordinatorLink:
     def start(self) -> None:
         # When the coordinator ends the stream, subscribe again (resync).
         self._threads.run("subscribe", self._subscribe, restart_after_s=self._backoff.first_s)
-        self._threads.run("acknowledge", self._acknowledging, restart_after_s=self._backoff.first_s)
         self._threads.every("heartbeat", self._heartbeat_s, self._heartbeat, wake=self._beat)
 
     def close(self) -> None:
         self._threads.stopping.set()
-        self._ack.set()  # ends the acknowledgements' request iterator
         for call in (self._stream, self._ack_call):
             if call is not None:
                 call.cancel()
@@ -83,45 +87,6 @@ class CoordinatorLink:
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
         return self._coordinators.metadata
-
-    def acknowledge(self, generation: int) -> None:
-        """Tell the coordinator ``generation`` is applied, now."""
-        self._applied = max(self._applied, generation)
-        (self._ack if self._ack_calls else self._beat).set()
-
-    def _acknowledging(self) -> None:
-        """Hold an Acknowledge call to the replica the subscription follows
-        (the next one after it breaks: ``run`` starts this again)."""
-        stopping = self._threads.stopping
-        if not self._ack_calls:
-            stopping.wait()  # heartbeats acknowledge
-            return
-        if not self._registered.wait(self._backoff.first_s):
-            return
-        address, stub = self._stub()
-        self._ack.set()  # what was applied before this call, in case it went nowhere
-        self._ack_call = stub.Acknowledge.future(self._acks(), metadata=self._metadata())
-        try:
-            self._ack_call.result()
-        except grpc.FutureCancelledError:
-            return  # closing
-        except grpc.RpcError as exc:
-            if stopping.is_set():
-                return
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                logger.info("the coordinator has no Acknowledge; acknowledging by heartbeat")
-                self._ack_calls = False
-                self._beat.set()
-                return
-            logger.debug("acknowledgements to %s broke (%s)", address, exc.code())
-            self._coordinators.moved(exc, address)
-
-    def _acks(self) -> Iterator[reader_pb2.AckRequest]:
-        # No timeout: an idle agent does not wake (close sets the event).
-        stopping = self._threads.stopping
-        while self._ack.wait() and not stopping.is_set():
-            self._ack.clear()
-            yield reader_pb2.AckRequest(agent_id=self.agent_id, applied_generation=self._applied)
 
     def report(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
         """Send ``request`` without waiting for the answer: a task's end (and
@@ -182,12 +147,45 @@ class CoordinatorLink:
     def _follow(self) -> None:
         self._following, stub = self._stub()
         self._register(stub)
-        self._stream = stub.Subscribe(
+        stream = self._stream = stub.Subscribe(
             reader_pb2.SubscribeRequest(agent_id=self.agent_id), metadata=self._metadata()
         )
-        for event in self._stream:
-            self._on_event(event)
-            self.acknowledge(event.generation)
+        follower = _Follower(stream, self.agent_id, self._on_event, self._acked_by_heartbeat)
+        if self._ack_calls:
+            self._acknowledge(stub, follower)
+        if not self._ack_calls:
+            for _ in follower:  # heartbeats acknowledge (see _acked_by_heartbeat)
+                pass
+        if follower.error is not None and not self._threads.stopping.is_set():
+            raise follower.error
+
+    def _acknowledge(self, stub: reader_pb2_grpc.ReaderStub, follower: _Follower) -> None:
+        """Follow the subscription on an Acknowledge call (gRPC's thread
+        writing the call applies and acknowledges each event) until the
+        subscription ends; the call's own failure ends the subscription too
+        (the caller subscribes again), except UNIMPLEMENTED (an older
+        coordinator): the caller then follows it acknowledging by heartbeat."""
+        call = self._ack_call = stub.Acknowledge.future(follower, metadata=self._metadata())
+        ended = threading.Event()
+        call.add_done_callback(lambda _: ended.set())
+        ended.wait()  # no timeout: gRPC's own wait polls ten times a second
+        try:
+            call.result()
+        except grpc.FutureCancelledError:
+            return  # closing
+        except grpc.RpcError as exc:
+            if self._threads.stopping.is_set():
+                return
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                follower.stream.cancel()
+                raise
+            logger.info("the coordinator has no Acknowledge; acknowledging by heartbeat")
+            self._ack_calls = False
+            self._beat.set()  # what was applied before it said so
+
+    def _acked_by_heartbeat(self) -> None:
+        if not self._ack_calls:
+            self._beat.set()
 
     def _heartbeat(self) -> None:
         if not self._registered.is_set():
@@ -213,6 +211,53 @@ class CoordinatorLink:
             stream = self._stream
             if stream is not None:
                 stream.cancel()
+
+
+#: gRPC's (experimental) channel option for response streams read by the
+#: calling thread itself: ``grpc.experimental.ChannelOptions.SingleThreadedUnaryStream``
+#: (not in grpc's type stubs).
+_SINGLE_THREADED_STREAMS = (("SingleThreadedUnaryStream", 1),)
+
+
+class _Follower:
+    """The Acknowledge call's requests: each is the acknowledgement of the
+    next event of ``stream``, applied (``on_event``) by whoever asks for it.
+    The subscription's end ends the requests (gRPC then closes the call);
+    its failure is kept in :attr:`error` (an iterator's exception would
+    only be logged by gRPC). Thread-safe: after an older coordinator
+    refused the call, the subscribing thread reads on where gRPC's stopped."""
+
+    def __init__(
+        self,
+        stream: Any,
+        agent_id: str,
+        on_event: EventHandler,
+        applied: Callable[[], None],
+    ) -> None:
+        self.stream = stream
+        self._agent_id = agent_id
+        self._on_event = on_event
+        self._applied = applied
+        self._lock = threading.Lock()
+        self.error: grpc.RpcError | None = None
+
+    def __iter__(self) -> _Follower:
+        return self
+
+    def __next__(self) -> reader_pb2.AckRequest:
+        with self._lock:
+            if self.error is not None:
+                raise StopIteration
+            try:
+                event = next(self.stream)
+            except grpc.RpcError as exc:
+                self.error = exc
+                raise StopIteration from None
+            self._on_event(event)
+            self._applied()
+            return reader_pb2.AckRequest(
+                agent_id=self._agent_id, applied_generation=event.generation
+            )
 
 
 def _converter() -> str:
