@@ -25,6 +25,7 @@ from concurrent.futures import Executor
 from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
+from multikafka.coordinator.agents.task_slots import TaskSlots
 from multikafka.coordinator.clusters.discovery import Discovery, MetadataClientFactory
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
@@ -88,6 +89,7 @@ class LeaderDuties:
         self.translator = FailoverTranslator(self.discovery, self.marks, self.syncs)
         self.entry = EntryOffsets(self.discovery, self.translator)
         # -- the use cases of the term ---------------------------------------
+        slots = TaskSlots()
         self.batches = MicroBatches(
             self.discovery,
             self.entry,
@@ -96,9 +98,10 @@ class LeaderDuties:
             self.history,
             metrics,
             hand_out_secrets=config.readers_authenticated,
+            slots=slots,
         )
         self.link = AgentLink(
-            store, self.registry, self.reconciler, self.marks, self.abandonments, metrics
+            store, self.registry, self.reconciler, self.marks, self.abandonments, metrics, slots
         )
         self.reports = LeaderReports(
             store, self.discovery, metrics, self.history, self.queries, self.registry
