@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import statistics
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -118,6 +119,7 @@ def one_run(
         until=total,
     )
     cpu = rr.cpu_by_role(cpu0).get(rr.WORKERS, 0.0)
+    steady = run.extra["batch_durations_ms"][1:batches]
     rows = run.extra["batch_rows"][:batches]
     if sum(rows) < total:
         raise RuntimeError(f"{source} read {sum(rows):,} of {total:,} records")
@@ -129,6 +131,11 @@ def one_run(
         "in_batch_rate": run.extra.get("trigger_rate"),
         "first_batch_ms": run.extra.get("first_batch_ms"),
         "batch_ms": run.extra["batch_ms"],
+        # Spark's split of the steady micro-batches' time, median per phase
+        "phases_ms": {
+            phase: statistics.median(d.get(phase, 0) for d in steady)
+            for phase in (steady[0] if steady else {})
+        },
         "worker_cpu_per_million": cpu / run.records * 1e6,
         "tasks": tasks_per_batch(spark, run.extra.get("run_id")),
     }
