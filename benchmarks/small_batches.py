@@ -250,6 +250,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ratio = summ[str(n)]["multikafka/floor_best"]["median"]
         rate = summ[str(n)]["multikafka"]["steady_rate"]["median"] / 1000
         left.annotate(f"{ratio:.2f}x", (n, rate), xytext=(6, -12), textcoords="offset points")
+    left.set_yscale("log")
     left.set_ylabel("steady rate, thousand records/s (batches 2-10)")
     left.set_title(f"Steady rate; multikafka / floor's best (goal >= {FLOOR_GOAL})", fontsize=10)
     right.set_ylabel("Python-worker CPU-s per 1M records")
