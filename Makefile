@@ -83,6 +83,7 @@ bench: $(STAMP)
 	$(PY) -m benchmarks.footprint
 	$(PY) -m benchmarks.spark_env
 	$(PY) -m benchmarks.spark_versions
+	$(PY) -m benchmarks.small_batches
 
 ## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...),
 ## the reader's with the compiled converter and a manylinux tag (auditwheel repair), and the

@@ -518,10 +518,13 @@ def read_spark(
     options: dict[str, str],
     source: str = "multikafka",
     available_now: bool = True,
+    until: int | None = None,
 ) -> Run:
     """An AvailableNow query over the whole stream into the noop sink; with
     ``available_now=False``, a query with the default trigger (each
-    micro-batch as soon as the last ends), stopped when all is read."""
+    micro-batch as soon as the last ends), stopped when all is read (or
+    ``until`` records)."""
+    until = setup.expected if until is None else until
     checkpoint = Path(tempfile.mkdtemp(prefix="bench-checkpoint-"))
     try:
         reader = (
@@ -540,7 +543,7 @@ def read_spark(
             while not query.awaitTermination(1 if available_now else 0.05):
                 read = sum(int(p["numInputRows"]) for p in query.recentProgress)
                 on_rows(read)
-                if not available_now and read >= setup.expected:
+                if not available_now and read >= until:
                     break
             elapsed = time.perf_counter() - t0
             progress = list(query.recentProgress)
@@ -561,6 +564,8 @@ def read_spark(
             dict(p["durationMs"]) for p in progress if int(p["numInputRows"]) > 0
         ],
         "options": options,
+        # Spark's job group of the query's micro-batches (its status tracker)
+        "run_id": progress[0]["runId"] if progress else None,
     }
     total_ms = sum(ms for _, ms in batches)
     extra["trigger_rate"] = sum(r for r, _ in batches) / (total_ms / 1000) if total_ms else None

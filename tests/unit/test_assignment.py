@@ -1,6 +1,7 @@
-"""Assigning split ranges to Spark tasks (multikafka.coordinator.planning.assignment): one task
-per split with records at least, big ranges cut, more cuts up to the
-parallelism Spark has."""
+"""Assigning split ranges to Spark tasks (multikafka.coordinator.planning.assignment): big
+ranges cut, more cuts up to the parallelism Spark has, small pieces grouped
+into about that many tasks (without it, into tasks of at least
+MIN_RECORDS_PER_TASK records)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multikafka.coordinator.planning.assignment import (
+    MIN_RECORDS_PER_TASK,
     cut_ranges,
     group,
     piece_counts,
@@ -106,12 +108,30 @@ def test_min_partitions_above_record_count_gives_one_task_per_record() -> None:
     assert tasks == [[R("a", 0, 1)], [R("a", 1, 2)], [R("a", 2, 3)]]
 
 
-def test_one_task_per_split_with_data() -> None:
-    """Without Spark's parallelism, like Spark's Kafka source: small ranges
-    are not grouped, so a small micro-batch spreads over its splits."""
-    ranges = [SplitRange("c", "t", i, 0, 10) for i in range(10)]
-    tasks = plan_tasks(ranges, max_records=1000)
+def test_without_parallelism_large_ranges_get_a_task_each() -> None:
+    """Without Spark's parallelism, like Spark's Kafka source: a split with
+    at least MIN_RECORDS_PER_TASK records is a task of its own."""
+    ranges = [SplitRange("c", "t", i, 0, MIN_RECORDS_PER_TASK) for i in range(10)]
+    tasks = plan_tasks(ranges)
     assert tasks == [[r] for r in sorted(ranges)]
+
+
+def test_without_parallelism_small_ranges_share_tasks() -> None:
+    """A small micro-batch without Spark's parallelism (a query's first):
+    tasks of MIN_RECORDS_PER_TASK records at least, not one per split (a
+    Python task costs Spark ~20 ms)."""
+    small = MIN_RECORDS_PER_TASK // 4
+    ranges = [SplitRange("c", "t", i, 0, small) for i in range(8)]
+    tasks = plan_tasks(ranges)
+    assert [[r.split for r in t] for t in tasks] == [
+        [f"c/t/{i}" for i in range(4)],
+        [f"c/t/{i}" for i in range(4, 8)],
+    ]
+    # smaller than the minimum: one task; a smaller max_records still bounds it
+    assert len(plan_tasks([r._replace(until=10) for r in ranges])) == 1
+    assert len(plan_tasks([r._replace(until=10) for r in ranges], max_records=20)) == 4
+    # minPartitions still asks for more
+    assert len(plan_tasks(ranges, min_partitions=8)) == 8
 
 
 def test_parallelism_below_the_split_count_cuts_nothing() -> None:
@@ -138,15 +158,16 @@ def test_contiguous_pieces_of_one_split_are_merged() -> None:
     assert tasks == [[R("a", 0, 25)]]
 
 
-def test_non_contiguous_pieces_go_to_different_tasks() -> None:
-    # A task never holds two pieces of one split (the agent reads one range
-    # per partition at a time).
-    tasks = plan_tasks([R("a", 0, 10), R("a", 11, 20)])
+def test_non_contiguous_pieces_stay_apart() -> None:
+    # Two tasks asked for: one per piece. Grouped (fewer tasks), they stay
+    # two ranges of one task (the agent reads them in rounds).
+    tasks = plan_tasks([R("a", 0, 10), R("a", 11, 20)], min_partitions=2)
     assert tasks == [[R("a", 0, 10)], [R("a", 11, 20)]]
+    assert plan_tasks([R("a", 0, 10), R("a", 11, 20)]) == [[R("a", 0, 10), R("a", 11, 20)]]
 
 
 def test_pieces_of_different_splits_are_different_tasks() -> None:
-    tasks = plan_tasks([R("a", 0, 10), R("b", 10, 20)])
+    tasks = plan_tasks([R("a", 0, 10), R("b", 10, 20)], min_partitions=2)
     assert tasks == [[R("a", 0, 10)], [R("b", 10, 20)]]
 
 
@@ -189,7 +210,7 @@ def test_cut_ranges_on_arrays() -> None:
 def test_more_splits_than_cores_share_tasks() -> None:
     """A small micro-batch over 8 splits on 2 cores: 2 tasks of 4 whole
     splits each (a task per split would queue behind the cores); without the
-    parallelism, one task per split, as Spark's Kafka source plans."""
+    parallelism, tasks of MIN_RECORDS_PER_TASK records at least (here one)."""
     ranges = [SplitRange("c", "t", i, 100, 150) for i in range(8)]
     two = plan_tasks(ranges, parallelism=2)
     assert [[r.split for r in t] for t in two] == [
@@ -197,7 +218,7 @@ def test_more_splits_than_cores_share_tasks() -> None:
         [f"c/t/{i}" for i in range(4, 8)],
     ]
     assert all(r.size == 50 for t in two for r in t)
-    assert len(plan_tasks(ranges)) == 8
+    assert len(plan_tasks(ranges)) == 1
     # minPartitions says more than the parallelism
     assert len(plan_tasks(ranges, parallelism=2, min_partitions=4)) == 4
     # the records per task still bound the size: 400 records, at most 100
@@ -222,13 +243,13 @@ def check_plan(
     *,
     grouped: bool = False,
 ) -> None:
-    """``grouped``: Spark's parallelism is known, so pieces beyond the target
-    share tasks."""
+    """``grouped``: pieces beyond the target may share tasks (they always
+    may, by the planner's rules; False checks a plan of one piece per task)."""
     # every record of every input range exactly once
     out = [r for t in tasks for r in t]
     assert coverage(out) == coverage(ranges)
     assert all(c == 1 for c in coverage(out).values())
-    whole = [t[0] for t in plan_tasks(ranges, max_records=10**18)]  # the merged ranges
+    whole = [r for t in plan_tasks(ranges, max_records=10**18) for r in t]  # merged ranges
     if not whole:
         assert tasks == []
         return
@@ -273,7 +294,7 @@ def test_plan_tasks_properties(seed: int) -> None:
         tasks,
         max(min_partitions, parallelism, 1),
         max_records,
-        grouped=parallelism > 0,
+        grouped=True,
     )
     again = plan_tasks(
         ranges, min_partitions=min_partitions, max_records=max_records, parallelism=parallelism
@@ -323,5 +344,14 @@ def test_cut_ranges_property(
     if which:
         loads = np.bincount(pieces.task, weights=pieces.until - pieces.start)
         assert loads.max() <= max_records
-    if parallelism == 0 or len(which) <= target:
+    if len(which) <= target:
         assert task == list(range(len(which)))
+    if parallelism == 0 and which:
+        # without the parallelism: pieces of the minimum are tasks of their
+        # own, and fewer records than it make one task (unless minPartitions)
+        unit = min(MIN_RECORDS_PER_TASK, max_records)
+        size = pieces.until - pieces.start
+        if size.min() >= unit:
+            assert task == list(range(len(which)))
+        if int(size.sum()) <= unit and target == 1:
+            assert set(task) == {0}

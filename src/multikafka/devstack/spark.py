@@ -18,6 +18,7 @@ def local_spark(
     cores: int = 2,
     connect_port: int | None = None,
     max_failures: int = 1,
+    register: bool = True,
 ) -> SparkSession:
     """``local[cores]`` Spark whose Python workers run this interpreter.
     With ``connect_port``, the same Spark also serves Spark Connect on
@@ -31,6 +32,10 @@ def local_spark(
     ``max_failures``: attempts of a task before its job fails. Local mode
     ignores ``spark.task.maxFailures`` and tries once unless the master says
     otherwise (``local[N,F]``); a cluster's default is 4.
+
+    ``register``: register the source with the session's parallelism
+    (:func:`multikafka.spark.register`); without, the session uses the one
+    PySpark discovers, as users' sessions do.
     """
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -60,5 +65,6 @@ def local_spark(
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    multikafka.spark.register(spark)
+    if register:
+        multikafka.spark.register(spark)
     return spark

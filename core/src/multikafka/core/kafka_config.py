@@ -23,6 +23,12 @@ READER_DEFAULTS = {
     "fetch.max.bytes": "52428800",
     "max.partition.fetch.bytes": "10485760",
     "queued.min.messages": "200000",
+    # When a partition's prefetch passes queued.min.messages, librdkafka
+    # postpones its next fetch by this (default 1000 ms), and a range assigned
+    # next on that partition (the next micro-batch) waited for it: 1.0-1.3 s
+    # stalls in one small micro-batch out of three (docs/benchmarks.md,
+    # Small micro-batches).
+    "fetch.queue.backoff.ms": "10",
 }
 
 

@@ -335,9 +335,16 @@ class ReportReadsRequest(_message.Message):
     QUERY_ID_FIELD_NUMBER: _builtins.int
     MARKS_FIELD_NUMBER: _builtins.int
     ABANDONED_FIELD_NUMBER: _builtins.int
+    TASK_SLOTS_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     stream: _builtins.str
     query_id: _builtins.str
+    task_slots: _builtins.int
+    """How many tasks the Spark application the agent runs in runs at once, as
+    the task's Spark configuration says (0: unknown, or not in Spark). The
+    coordinator sizes the query's later micro-batches by it when the
+    planning request does not say (PlanPartitionsRequest.parallelism 0).
+    """
     @_builtins.property
     def marks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadMark]: ...
     @_builtins.property
@@ -354,10 +361,11 @@ class ReportReadsRequest(_message.Message):
         query_id: _builtins.str = ...,
         marks: _abc.Iterable[Global___ReadMark] | None = ...,
         abandoned: _common_pb2.RangeColumns | None = ...,
+        task_slots: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "agent_id", b"agent_id", "marks", b"marks", "query_id", b"query_id", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "agent_id", b"agent_id", "marks", b"marks", "query_id", b"query_id", "stream", b"stream", "task_slots", b"task_slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

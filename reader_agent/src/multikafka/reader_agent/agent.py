@@ -87,9 +87,11 @@ class ReaderAgent:
 
     # -- reading -------------------------------------------------------------
 
-    def read(self, task: ReadTask) -> Iterator[pa.RecordBatch]:
+    def read(self, task: ReadTask, *, task_slots: int = 0) -> Iterator[pa.RecordBatch]:
         """Read every range of ``task``; yield Arrow batches. Reports the last
-        record read per split (and any abandoned range) to the coordinator."""
+        record read per split (and any abandoned range) to the coordinator,
+        with ``task_slots``: how many tasks the Spark application reading
+        runs at once (0: unknown), which sizes the query's next batches."""
         startup.mark("task")
         link = self.connect(task.coordinator) if task.coordinator else None
         startup.mark("linked")
@@ -109,7 +111,7 @@ class ReaderAgent:
                     yield from self._read_cluster(task, cluster, group, report)
         finally:
             if link is not None and (report.marks or report.abandoned):
-                link.report(report.request(task.stream, task.query_id))
+                link.report(report.request(task.stream, task.query_id, task_slots))
             startup.write()
 
     def _read_clusters_at_once(
@@ -407,8 +409,12 @@ class _Reads:
     marks: list[reader_pb2.ReadMark] = field(default_factory=list)
     abandoned: list[SplitRange] = field(default_factory=list)
 
-    def request(self, stream: str, query_id: str) -> reader_pb2.ReportReadsRequest:
-        request = reader_pb2.ReportReadsRequest(stream=stream, query_id=query_id, marks=self.marks)
+    def request(
+        self, stream: str, query_id: str, task_slots: int = 0
+    ) -> reader_pb2.ReportReadsRequest:
+        request = reader_pb2.ReportReadsRequest(
+            stream=stream, query_id=query_id, marks=self.marks, task_slots=task_slots
+        )
         if self.abandoned:
             request.abandoned.CopyFrom(ranges.to_columns(self.abandoned))
         return request

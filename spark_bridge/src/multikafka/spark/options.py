@@ -108,7 +108,8 @@ NAMES = Vocabulary(
     },
     absent={
         "resume_at": "a Spark query resumes from its checkpoint (the offset log), not an option",
-        "parallelism": "not an option: multikafka.spark.register passes spark.default.parallelism",
+        "parallelism": "not an option: the executors report Spark's task slots "
+        "(multikafka.spark.slots); minPartitions asks for more tasks",
     },
 )
 

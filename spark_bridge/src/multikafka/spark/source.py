@@ -11,7 +11,6 @@ executors, so a reader opens its gRPC channel lazily and drops it when pickled.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +45,7 @@ from multikafka.spark.compat import (
 )
 from multikafka.spark.options import NAMES, decoding_of, parse_options
 from multikafka.spark.partition import MultiKafkaPartition
+from multikafka.spark.slots import slots_of, task_slots
 from multikafka.v1 import planner_pb2
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class _Base:
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, MultiKafkaPartition):
             raise TypeError(f"not a multikafka partition: {type(partition).__name__}")
-        return get_agent().read(partition.task)
+        return get_agent().read(partition.task, task_slots=task_slots())
 
 
 class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -295,7 +295,8 @@ class MultiKafkaDataSource(DataSource):
 
     #: Tasks the Spark session runs at once; the planner sizes micro-batches
     #: by it. Python workers cannot ask Spark, so :func:`register` sets it on
-    #: the class it registers (0: unknown, one task per split with data).
+    #: the class it registers (0: unknown; the executors then tell the
+    #: coordinator, :mod:`multikafka.spark.slots`).
     default_parallelism: int = 0
 
     @classmethod
@@ -330,7 +331,8 @@ def register(spark: SparkSession) -> type[MultiKafkaDataSource]:
     class registered.
 
     Not needed for the format to work: PySpark finds ``pyspark_multikafka``
-    by itself (without the number: one task per split with records). Spark
+    by itself (without the number, which the executors then tell the
+    coordinator for a query's micro-batches after its first). Spark
     4.0 keeps the source it found and refuses another under its name: then
     this says so in a warning and returns the source Spark has."""
     parallelism = parallelism_of(spark)
@@ -349,12 +351,13 @@ def register(spark: SparkSession) -> type[MultiKafkaDataSource]:
         if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
             raise
         # Spark 4.0 does not let a session replace a source it discovered
-        # (4.1 does): the discovered one reads the same, sized without the number.
+        # (4.1 does): the discovered one reads the same; its executors tell the number.
         logger.warning(
             "Spark %s keeps the multikafka source it found installed "
             "(pyspark_multikafka) and cannot register it again with the session's "
-            "parallelism (%d): micro-batches get one task per split with records; "
-            "set the option minPartitions for more",
+            "parallelism (%d): a query's first micro-batch is planned without it "
+            "(its executors tell the coordinator for the next ones); set the option "
+            "minPartitions for more tasks",
             SPARK_VERSION,
             parallelism,
         )
@@ -366,28 +369,12 @@ def parallelism_of(spark: SparkSession) -> int:
     """How many tasks ``spark`` runs at once, 0 when it cannot tell.
 
     A classic session asks its SparkContext (``defaultParallelism``). A Spark
-    Connect session has none, only the configuration: ``spark.default.parallelism``
-    when set; else ``local[N]`` masters give N, and static executors
-    (``spark.executor.instances`` times ``spark.executor.cores``) their product."""
+    Connect session has none, only the configuration, read by the rules of
+    :mod:`multikafka.spark.slots` (the ones an executor applies for the
+    discovered source, except ``local[*]``: unknown)."""
     try:
         return int(spark.sparkContext.defaultParallelism)
     except AttributeError:  # Spark Connect: JVM_ATTRIBUTE_NOT_SUPPORTED
         pass
-
-    def conf(key: str) -> str:
-        return str(spark.conf.get(key, "") or "").strip()
-
-    if conf("spark.default.parallelism").isdigit():
-        return int(conf("spark.default.parallelism"))
-    local = _LOCAL.fullmatch(conf("spark.master"))
-    if local is not None:
-        return int(local.group(1))
-    executors, cores = conf("spark.executor.instances"), conf("spark.executor.cores")
-    if executors.isdigit() and cores.isdigit():
-        return int(executors) * int(cores)
-    return 0
-
-
-#: ``local[N]`` and ``local[N,retries]`` (``local[*]`` is the server's cores,
-#: which a Connect client cannot know).
-_LOCAL = re.compile(r"local\[(\d+)(?:,\s*\d+)?\]")
+    # local[*] is the server's cores, which a Connect client cannot know.
+    return slots_of(lambda key: spark.conf.get(key, ""), cores=0)

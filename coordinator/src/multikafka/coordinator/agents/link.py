@@ -5,8 +5,9 @@ Agents register, follow reconcile events (:meth:`AgentLink.events`: a
 snapshot, then every change, as the bytes the reconciler serialized once for
 all of them), heartbeat with the counters of their sub-readers (which feed
 the metrics), acknowledge the generations they applied, and report what they
-read: read marks for failover translation, ranges they gave up, and which
-splits they hold.
+read: read marks for failover translation, ranges they gave up, which
+splits they hold, and how many tasks their Spark runs at once
+(:mod:`.task_slots`, for the planner).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import NamedTuple
 
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
+from multikafka.coordinator.agents.task_slots import TaskSlots
 from multikafka.coordinator.metrics import MALFORMED_MODES, Metrics
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.translation import Abandonments, ReadMark, ReadMarks
@@ -44,8 +46,11 @@ class AgentLink:
         marks: ReadMarks,
         abandonments: Abandonments,
         metrics: Metrics,
+        slots: TaskSlots | None = None,
     ) -> None:
         self._store = store
+        #: What agents say their Spark runs at once, for the planner.
+        self.slots = slots if slots is not None else TaskSlots()
         self._registry = registry
         self._reconciler = reconciler
         self._marks = marks
@@ -123,10 +128,13 @@ class AgentLink:
         query_id: str,
         marks: Iterable[ReadMark],
         abandoned: Iterable[SplitRange],
+        task_slots: int = 0,
     ) -> None:
         """What the agent read of ``stream`` for ``query_id`` (checked by the
         caller: a refused report must leave nothing behind): the last record
-        of each range it read, and the ranges it gave up."""
+        of each range it read, the ranges it gave up, and how many tasks the
+        query's Spark runs at once (``task_slots``, 0: unknown)."""
+        self.slots.note(query_id, task_slots)
         held = set()
         for mark in marks:
             self._marks.add(stream, mark.split, mark.offset, mark.timestamp_ms)

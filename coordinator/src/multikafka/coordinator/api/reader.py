@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 
 from multikafka.coordinator.agents.link import AgentLink
+from multikafka.coordinator.agents.task_slots import MAX_TASK_SLOTS
 from multikafka.coordinator.api.rpc import safe_deserializer, streaming, unary
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.translation import ReadMark
@@ -114,8 +115,10 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
                 raise ValidationError(f"marks[{i}].last_offset", "must be an offset >= 0")
         abandoned = ranges.from_columns(request.abandoned, "abandoned")
         query_id = validate_id(request.query_id, "query_id", required=bool(abandoned))
+        if request.task_slots > MAX_TASK_SLOTS:
+            raise ValidationError("task_slots", f"must be at most {MAX_TASK_SLOTS:,}")
         marks = [ReadMark(m.split, m.last_offset, m.last_timestamp_ms) for m in request.marks]
-        await link.report_reads(stream, agent_id, query_id, marks, abandoned)
+        await link.report_reads(stream, agent_id, query_id, marks, abandoned, request.task_slots)
         return reader_pb2.ReportReadsResponse()
 
 

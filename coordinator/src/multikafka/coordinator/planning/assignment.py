@@ -4,9 +4,10 @@ its tasks by the Kafka partitions:
 
 * a range of more than ``max_records`` records is cut into equal
   consecutive pieces of at most that many;
-* the target is the parallelism Spark reports (``spark.default.parallelism``,
-  which :func:`multikafka.spark.register` passes on), or ``minPartitions`` if
-  larger. While there are fewer pieces than the target, ranges are cut
+* the target is the parallelism Spark has (what :func:`multikafka.spark.register`
+  passes on, or else what the query's reader agents reported from their
+  tasks' Spark configuration: :mod:`multikafka.coordinator.agents.task_slots`),
+  or ``minPartitions`` if larger. While there are fewer pieces than the target, ranges are cut
   further: the next cut goes to the range whose pieces are largest (so the
   pieces end up in proportion to the ranges' sizes, and as even as they can
   be), never into pieces of 0 records, so there are ``min(target, records)``
@@ -15,9 +16,11 @@ its tasks by the Kafka partitions:
   ``max(target, ceil(records / max_records))`` tasks of about equal size
   (:func:`group`): a task per piece would wait for a core and pay a Python
   task's fixed cost each (about 20 ms here), which a small micro-batch feels;
-* without a reported parallelism (the class registered by hand), every
-  piece is its own task: at least one task per split with records, as
-  Spark's Kafka source does.
+* without a known parallelism (a query's first micro-batch, before its
+  agents reported it), pieces are grouped the same way into tasks of at least
+  :data:`MIN_RECORDS_PER_TASK` records (or ``max_records`` if smaller): a
+  piece that large is its own task (one per split with that many records,
+  as Spark's Kafka source plans), small ones share tasks.
 
 :func:`cut_ranges` works on arrays (a micro-batch may have 100,000 ranges);
 :func:`plan_tasks` is the same on :class:`~multikafka.core.ranges.SplitRange` tuples. Tasks come in the
@@ -34,6 +37,11 @@ import numpy as np
 
 from multikafka.core.offsets import I64
 from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK, SplitRange
+
+#: Without Spark's parallelism, no task gets fewer records than this when
+#: pieces can be grouped: a Python task's fixed cost (about 20 ms) stays
+#: small beside its read (about 10,000 records take 60-120 ms on a core).
+MIN_RECORDS_PER_TASK = 10_000
 
 
 class Pieces(NamedTuple):
@@ -127,10 +135,12 @@ def cut_ranges(
     q, r = q[index], r[index]
     first = start[index] + j * q + np.minimum(j, r)
     last = first + q + (j < r)
-    if parallelism > 0 and len(index) > target:
+    if len(index) > target:
         # More pieces than Spark runs at once: a task per piece would queue
-        # up behind the cores, each paying a Python task's fixed cost.
-        tasks = max(target, -(-int(sizes.sum()) // max_records))
+        # up behind the cores, each paying a Python task's fixed cost. Not
+        # knowing the cores, tasks of at least MIN_RECORDS_PER_TASK.
+        unit = max_records if parallelism > 0 else min(MIN_RECORDS_PER_TASK, max_records)
+        tasks = max(target, -(-int(sizes.sum()) // unit))
         task = group(last - first, tasks=tasks, max_records=max_records)
     else:
         task = np.arange(len(index), dtype=np.int64)

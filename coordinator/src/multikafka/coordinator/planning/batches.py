@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from multikafka.coordinator.agents.task_slots import TaskSlots
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.planning.assignment import cut_ranges
@@ -82,6 +83,7 @@ class MicroBatches:
         metrics: Metrics,
         *,
         hand_out_secrets: bool,
+        slots: TaskSlots | None = None,
     ) -> None:
         self._discovery = discovery
         self._watermarks = watermarks
@@ -93,6 +95,8 @@ class MicroBatches:
         #: Whether callers proved they are readers (token or client
         #: certificate): only then does a task plan carry secrets.
         self._hand_out_secrets = hand_out_secrets
+        #: What agents report their Spark runs at once (:mod:`..agents.task_slots`).
+        self._slots = slots if slots is not None else TaskSlots()
 
     async def resolve(self, view: StreamView, position: planner_pb2.Position) -> SplitOffsets:
         """The offsets ``position`` names (see :mod:`.resolve`)."""
@@ -164,7 +168,9 @@ class MicroBatches:
         parallelism: int,
     ) -> TaskPlan:
         """The tasks reading ``start`` to ``end``; the ranges of clusters
-        not read any more (FAILED, STANDBY, removed) are abandoned."""
+        not read any more (FAILED, STANDBY, removed) are abandoned.
+        ``parallelism`` 0: what the query's agents reported, if anything."""
+        parallelism = parallelism or self._slots.of(query_id)
         # A split entering the vector has nothing to read yet: it starts at its end.
         frm = start.values_at(end.splits, end.offsets)
         todo = end.offsets > frm

@@ -25,6 +25,7 @@ from concurrent.futures import Executor
 from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
+from multikafka.coordinator.agents.task_slots import TaskSlots
 from multikafka.coordinator.clusters.discovery import Discovery, MetadataClientFactory
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
@@ -90,6 +91,7 @@ class LeaderDuties:
         self.entry = EntryOffsets(self.discovery, self.translator)
         self.watermarks = Watermarks(self.discovery, max_age_s=config.watermark_max_age_s)
         # -- the use cases of the term ---------------------------------------
+        slots = TaskSlots()
         self.batches = MicroBatches(
             self.discovery,
             self.watermarks,
@@ -99,9 +101,10 @@ class LeaderDuties:
             self.history,
             metrics,
             hand_out_secrets=config.readers_authenticated,
+            slots=slots,
         )
         self.link = AgentLink(
-            store, self.registry, self.reconciler, self.marks, self.abandonments, metrics
+            store, self.registry, self.reconciler, self.marks, self.abandonments, metrics, slots
         )
         self.reports = LeaderReports(
             store, self.discovery, metrics, self.history, self.queries, self.registry
