@@ -115,6 +115,8 @@ async def test_latest_offsets_plans_the_tasks_and_records_the_commit_it_carries(
         Context(),  # type: ignore[arg-type]
     )
     assert not without.HasField("plan")
+    # Its start was the end it was answered: remembered, not decoded again.
+    assert service.vectors.hits == 1
     context = Context()
     bad = planner_pb2.LatestOffsetsRequest(
         stream="s", query_id="q", tasks=planner_pb2.TaskOptions(min_partitions=-1)

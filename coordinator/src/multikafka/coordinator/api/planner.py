@@ -15,16 +15,20 @@ from typing import Any
 import grpc
 
 from multikafka.coordinator.api.rpc import unary
+from multikafka.coordinator.api.vectors import RecentVectors
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core import ranges
 from multikafka.core.exceptions import ValidationError
+from multikafka.core.model import Connection
 from multikafka.core.validation import validate_id, validate_name
 from multikafka.v1 import common_pb2, planner_pb2, planner_pb2_grpc
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+#: Connection messages kept (one per stream and cluster).
+_MAX_CONNECTIONS = 4096
 
 
 class PlannerService(planner_pb2_grpc.PlannerServicer):
@@ -35,6 +39,10 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     def __init__(self, batches: Callable[[], MicroBatches], store: MetadataStore) -> None:
         self._batches = batches
         self._store = store
+        #: What each query sent and was sent lately, decoded (:mod:`.vectors`).
+        self.vectors = RecentVectors()
+        #: (stream, cluster) -> (metadata generation, connection message).
+        self._connections: dict[tuple[str, str], tuple[int, common_pb2.ClusterConnection]] = {}
 
     def _stream(self, name: str) -> StreamView:
         return self._store.get(validate_name(name, "stream"))
@@ -57,11 +65,11 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         batches = self._batches()
         view = self._stream(request.stream)
         query_id = validate_id(request.query_id, "query_id", required=True)
-        start = ov.from_columns(request.start, "start")
+        start = self.vectors.decode(query_id, request.start, "start")
         if request.max_records < 0:
             raise ValidationError("max_records", "must not be negative (0 means no limit)")
         cap = ov.from_columns(request.cap, "cap")
-        committed = ov.from_columns(request.committed, "committed")
+        committed = self.vectors.decode(query_id, request.committed, "committed")
         tasks = request.tasks if request.HasField("tasks") else None
         if tasks is not None:
             _check_task_options(tasks)
@@ -77,7 +85,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             fail_on_data_loss=request.fail_on_data_loss,
         )
         response = planner_pb2.LatestOffsetsResponse(
-            end=ov.to_columns(plan.end),
+            end=self.vectors.encode(query_id, plan.end),
             available=ov.to_columns(plan.available),
             generation=view.generation,
         )
@@ -126,17 +134,27 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             tasks=ranges.columns(
                 plan.groups, plan.group, plan.partitions, plan.start, plan.until, plan.task_ranges
             ),
-            clusters=[
-                common_pb2.ClusterConnection(
-                    cluster=c.cluster,
-                    bootstrap_servers=c.bootstrap_servers,
-                    properties=c.properties.as_librdkafka_dict(),
-                    fingerprint=c.fingerprint,
-                )
-                for c in plan.connections
-            ],
+            clusters=[self._connection(view, c) for c in plan.connections],
             generation=view.generation,
         )
+
+    def _connection(self, view: StreamView, c: Connection) -> common_pb2.ClusterConnection:
+        """``c`` on the wire, made once per metadata generation of the stream
+        (connection settings are part of it)."""
+        key = (view.name, c.cluster)
+        known = self._connections.get(key)
+        if known is not None and known[0] == view.generation:
+            return known[1]
+        msg = common_pb2.ClusterConnection(
+            cluster=c.cluster,
+            bootstrap_servers=c.bootstrap_servers,
+            properties=c.properties.as_librdkafka_dict(),
+            fingerprint=c.fingerprint,
+        )
+        if len(self._connections) >= _MAX_CONNECTIONS:  # streams removed: start over
+            self._connections.clear()
+        self._connections[key] = (view.generation, msg)
+        return msg
 
     @unary
     async def Commit(

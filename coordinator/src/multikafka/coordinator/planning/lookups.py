@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -78,33 +79,78 @@ async def snapshots_of(
     """What each cluster of the stream looks like now (high watermarks of
     the splits it has and the ones ``start`` holds, and its stops, from
     ``watermarks``: fresh enough for a query at ``start`` within ``cap``);
-    whether it answered goes to the ``reachable`` gauge."""
+    whether it answered goes to the ``reachable`` gauge. Clusters the shared
+    watermarks answer are done at once; the others are asked concurrently."""
 
-    async def one(cid: str) -> tuple[str, ClusterSnapshot]:
+    def now(cid: str) -> ClusterSnapshot | None:
+        """The snapshot, if it needs no request."""
         spec = view.spec.clusters[cid]
         cc = discovery.client(view.name, cid)
-        raw_drain = view.status.drains.get(cid)
-        drain = None if raw_drain is None else ov.as_offsets(raw_drain)
-        topics = frozenset(spec.topics)
         if cc is None or not spec.state.readable:
-            return cid, ClusterSnapshot(spec.state, topics, reachable=cc is not None, drain=drain)
+            return _snapshot(view, cid, reachable=cc is not None)
+        if not cc.discovered:
+            return None
+        known, ask = _ask(cc, start, cid, spec.topics)
+        found = watermarks.cached(view, cc, ask, start=start, cap=cap)
+        if found is None:
+            return None
+        metrics.reachable.labels(view.name, cid).set(1)
+        return _snapshot(view, cid, True, known, *found)
+
+    async def asked(cid: str) -> tuple[str, ClusterSnapshot]:
+        spec = view.spec.clusters[cid]
+        cc = discovery.client(view.name, cid)
+        if cc is None or not spec.state.readable:
+            return cid, _snapshot(view, cid, reachable=cc is not None)
         if not cc.discovered:
             await discovery.discover(cc)
-        known, _ = cc.split_table()
-        ask = known
-        # Splits the query holds that discovery does not list (yet) are asked too.
-        where = start.splits.cluster_slice(cid)
-        _, listed = known.positions(start.splits, where)
-        if not listed.all():
-            held = start.splits.select(np.arange(where.start, where.stop)[~listed])
-            keep = np.array([t in topics for _, t in held.groups], dtype=bool)[held.group]
-            ask = Splits.union([known, held.select(keep)])
+        known, ask = _ask(cc, start, cid, spec.topics)
         try:
             latest, stop = await watermarks.get(view, cc, ask, start=start, cap=cap)
         except UnavailableError:
             metrics.reachable.labels(view.name, cid).set(0)
-            return cid, ClusterSnapshot(spec.state, topics, False, known, drain=drain)
+            return cid, _snapshot(view, cid, False, known)
         metrics.reachable.labels(view.name, cid).set(1)
-        return cid, ClusterSnapshot(spec.state, topics, True, known, latest, drain, stop)
+        return cid, _snapshot(view, cid, True, known, latest, stop)
 
-    return dict(await asyncio.gather(*(one(cid) for cid in view.spec.clusters)))
+    ready = {cid: now(cid) for cid in view.spec.clusters}
+    later = [cid for cid, snap in ready.items() if snap is None]
+    if later:
+        ready.update(await asyncio.gather(*(asked(cid) for cid in later)))
+    return {cid: snap for cid, snap in ready.items() if snap is not None}
+
+
+def _ask(
+    cc: ClusterClient, start: SplitOffsets, cid: str, topics: Sequence[str]
+) -> tuple[Splits, Splits]:
+    """The splits discovery lists on the cluster, and those to ask
+    watermarks of: these and the splits the query holds that discovery does
+    not list (yet)."""
+    known, _ = cc.split_table()
+    where = start.splits.cluster_slice(cid)
+    _, listed = known.positions(start.splits, where)
+    if listed.all():
+        return known, known
+    held = start.splits.select(np.arange(where.start, where.stop)[~listed])
+    wanted = set(topics)
+    keep = np.array([t in wanted for _, t in held.groups], dtype=bool)[held.group]
+    return known, Splits.union([known, held.select(keep)])
+
+
+def _snapshot(
+    view: StreamView,
+    cid: str,
+    reachable: bool,
+    known: Splits | None = None,
+    latest: SplitOffsets | None = None,
+    stop: SplitOffsets | None = None,
+) -> ClusterSnapshot:
+    spec = view.spec.clusters[cid]
+    raw_drain = view.status.drains.get(cid)
+    drain = None if raw_drain is None else ov.as_offsets(raw_drain)
+    topics = frozenset(spec.topics)
+    if known is None:
+        return ClusterSnapshot(spec.state, topics, reachable=reachable, drain=drain)
+    if latest is None:
+        return ClusterSnapshot(spec.state, topics, reachable, known, drain=drain)
+    return ClusterSnapshot(spec.state, topics, reachable, known, latest, drain, stop)

@@ -101,15 +101,11 @@ class Watermarks:
         stops (None: the cluster has no stopping position), good enough for
         a query at ``start`` (and ``cap``). Raises :class:`UnavailableError`
         when the cluster does not answer."""
+        found = self.cached(view, cc, ask, start=start, cap=cap)
+        if found is not None:
+            return found
         key = (view.name, cc.cluster)
         stopping = view.spec.clusters[cc.cluster].stopping
-        entry = self._entries.get(key)
-        if entry is not None and self._serves(entry, cc, stopping, ask, start, cap):
-            self.served += 1
-            if self._clock() - entry.asked_at > self._max_age_s / 2 and key not in self._pending:
-                self._tasks.spawn("refresh", self._refresh_quietly(key, view, cc, ask))
-                self._pending[key] = asyncio.get_running_loop().create_future()
-            return entry.latest, entry.stop
         pending = self._pending.get(key)
         if pending is not None:
             try:
@@ -120,6 +116,29 @@ class Watermarks:
                 self.served += 1
                 return entry.latest, entry.stop
         entry = await self._refresh(key, view, cc, ask)
+        return entry.latest, entry.stop
+
+    def cached(
+        self,
+        view: StreamView,
+        cc: ClusterClient,
+        ask: Splits,
+        *,
+        start: SplitOffsets,
+        cap: SplitOffsets | None = None,
+    ) -> tuple[SplitOffsets, SplitOffsets | None] | None:
+        """What :meth:`get` answers without waiting, or None: it would wait
+        for the cluster. Past half its age, a value used here is renewed in
+        the background."""
+        key = (view.name, cc.cluster)
+        entry = self._entries.get(key)
+        stopping = view.spec.clusters[cc.cluster].stopping
+        if entry is None or not self._serves(entry, cc, stopping, ask, start, cap):
+            return None
+        self.served += 1
+        if self._clock() - entry.asked_at > self._max_age_s / 2 and key not in self._pending:
+            self._tasks.spawn("refresh", self._refresh_quietly(key, view, cc, ask))
+            self._pending[key] = asyncio.get_running_loop().create_future()
         return entry.latest, entry.stop
 
     def _serves(
