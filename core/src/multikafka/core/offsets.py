@@ -56,6 +56,10 @@ Bools = npt.NDArray[np.bool_]
 
 _SHIFT = 32
 _MASK = (1 << _SHIFT) - 1
+#: Vectors up to this size remember where their splits are in others
+#: (:meth:`Splits.positions`), up to this many answers each.
+_MEMO_SPLITS = 10_000
+_MEMO_ENTRIES = 16
 
 
 def _empty() -> I64:
@@ -68,7 +72,7 @@ class Splits:
     ``group index << 32 | partition``, strictly increasing, so the splits are
     sorted by ``(cluster, topic, partition)``. Immutable."""
 
-    __slots__ = ("_bounds", "_index", "codes", "groups")
+    __slots__ = ("_bounds", "_index", "_memo", "codes", "groups")
 
     def __init__(self, groups: Sequence[Group], codes: I64) -> None:
         """Trusted input (see the class docstring); build with
@@ -77,6 +81,11 @@ class Splits:
         self.codes = codes
         self._bounds: I64 | None = None
         self._index: dict[Group, int] | None = None
+        #: (id of the other Splits, slice) -> (it, positions there, found):
+        #: :meth:`positions` answers asked of this set in that one.
+        self._memo: dict[tuple[int, int | None, int | None], tuple[Splits, I64, Bools]] | None = (
+            None
+        )
 
     # -- building ------------------------------------------------------------
 
@@ -246,7 +255,30 @@ class Splits:
 
     def positions(self, other: Splits, where: slice = slice(None)) -> tuple[I64, Bools]:
         """For each split of ``other[where]``: its index here (any value when
-        absent), and whether it is here."""
+        absent), and whether it is here. Read-only arrays.
+
+        A query's vector keeps its splits from one micro-batch to the next,
+        and is looked up in the same few others (each cluster's splits, their
+        watermarks) every time: a vector of up to ``_MEMO_SPLITS`` splits
+        remembers the answers (both sets are immutable)."""
+        key = (id(self), where.start, where.stop)
+        memo = other._memo
+        if memo is not None:
+            hit = memo.get(key)
+            if hit is not None and hit[0] is self:
+                return hit[1], hit[2]
+        at, found = self._positions(other, where)
+        at.flags.writeable = False
+        found.flags.writeable = False
+        if len(other.codes) <= _MEMO_SPLITS and other is not self and where.step is None:
+            if memo is None:
+                memo = other._memo = {}
+            elif len(memo) >= _MEMO_ENTRIES:
+                memo.clear()
+            memo[key] = (self, at, found)
+        return at, found
+
+    def _positions(self, other: Splits, where: slice) -> tuple[I64, Bools]:
         codes = other.codes[where]
         if not len(self.codes) or not len(codes):
             return np.zeros(len(codes), dtype=np.int64), np.zeros(len(codes), dtype=bool)
@@ -258,7 +290,10 @@ class Splits:
         return at.astype(np.int64), (mine >= 0) & (self.codes[at] == key)
 
     def select(self, which: Bools | I64) -> Splits:
-        """The splits picked by a mask or by sorted indices."""
+        """The splits picked by a mask or by sorted indices (a mask of all:
+        this set itself)."""
+        if which.dtype == np.bool_ and len(which) == len(self.codes) and which.all():
+            return self
         return Splits(self.groups, self.codes[which])._compact()
 
 
@@ -569,6 +604,10 @@ def from_columns(
         raise ValidationError(field, "clusters, topics and counts must have the same length")
     if not len(msg.partitions) == len(msg.offsets):
         raise ValidationError(field, "partitions and offsets must have the same length")
+    if not len(msg.clusters):  # the empty vector (no cap, no commit): nothing to check
+        if len(msg.partitions):
+            raise ValidationError(field, "counts must add up to the number of partitions")
+        return EMPTY
     groups = list(zip(msg.clusters, msg.topics, strict=True))
     for i, (cluster, topic) in enumerate(groups):
         check_name(cluster, "cluster", f"{field}.clusters[{i}]")

@@ -274,7 +274,7 @@ def _entering(
     new = new_split_set(held, clusters)
     at, found = entry.positions_of(new)
     if cap is not None:
-        found &= as_offsets(cap).positions_of(new)[1]
+        found = found & as_offsets(cap).positions_of(new)[1]
     if not found.any():
         return EMPTY
     return SplitOffsets(new.select(found), entry.offsets[at[found]])
