@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -229,6 +230,38 @@ def test_splits_from_counts_and_positions() -> None:
     assert at[found].tolist() == [2, 4]
     assert splits.cluster_slice("c") == slice(0, 5)
     assert splits.cluster_slice("d") == slice(5, 5)
+
+
+def test_positions_are_remembered_per_pair_of_sets_and_read_only() -> None:
+    """A query's splits are looked up in the same sets every trigger: the
+    answer is remembered on the looked-up set, and nobody may change it."""
+    splits = ov.Splits.from_counts("c", {"t": 3, "v": 2})
+    other = ov.parse({"c/t/2": 0, "c/u/0": 0, "c/v/1": 0, "d/t/0": 0}).splits
+    at, found = splits.positions(other)
+    again = splits.positions(other)
+    assert again[0] is at
+    assert again[1] is found
+    with pytest.raises(ValueError, match="read-only"):
+        found[0] = False
+    # Another slice, or a set equal but not the same, is its own question.
+    part = splits.positions(other, other.cluster_slice("c"))
+    assert part[1].tolist() == [True, False, True]
+    assert splits.positions(other)[1].tolist() == [True, False, True, False]
+    equal = ov.Splits.from_counts("c", {"t": 3, "v": 2})
+    assert equal.positions(other)[0] is not at
+    assert equal.positions(other)[1].tolist() == found.tolist()
+    # A set in itself: every split where it is.
+    mine = splits.positions(splits, slice(1, 4))
+    assert mine[0].tolist() == [1, 2, 3]
+    assert mine[1].all()
+    # select() of every split is the set itself (the memory carries over).
+    assert splits.select(np.ones(len(splits), dtype=bool)) is splits
+    assert splits.select(np.array([True, False, True, True, True])).ids() == [
+        "c/t/0",
+        "c/t/2",
+        "c/v/0",
+        "c/v/1",
+    ]
 
 
 @given(

@@ -261,6 +261,11 @@ class Splits:
         and is looked up in the same few others (each cluster's splits, their
         watermarks) every time: a vector of up to ``_MEMO_SPLITS`` splits
         remembers the answers (both sets are immutable)."""
+        if other is self:
+            at = np.arange(len(self.codes), dtype=np.int64)[where]
+            found = np.ones(len(at), dtype=bool)
+            at.flags.writeable = found.flags.writeable = False
+            return at, found
         key = (id(self), where.start, where.stop)
         memo = other._memo
         if memo is not None:
@@ -270,7 +275,7 @@ class Splits:
         at, found = self._positions(other, where)
         at.flags.writeable = False
         found.flags.writeable = False
-        if len(other.codes) <= _MEMO_SPLITS and other is not self and where.step is None:
+        if len(other.codes) <= _MEMO_SPLITS and where.step is None:
             if memo is None:
                 memo = other._memo = {}
             elif len(memo) >= _MEMO_ENTRIES:

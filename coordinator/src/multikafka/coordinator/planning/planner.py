@@ -149,6 +149,13 @@ def new_split_set(start: Mapping[str, int], clusters: Mapping[str, ClusterSnapsh
     for cid in sorted(clusters):
         snap = clusters[cid]
         if snap.state is ClusterState.ACTIVE and len(snap.splits):
+            where = held.cluster_slice(cid)
+            if where.stop - where.start == len(snap.splits):
+                # As many held as listed: none is new if all held are listed
+                # (the question every trigger asks, answered from memory).
+                _, listed = snap.splits.positions(held, where)
+                if listed.all():
+                    continue
             _, known = held.positions(snap.splits)
             parts.append(snap.splits.select(~known))
     return Splits.union(parts)
