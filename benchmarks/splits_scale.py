@@ -147,6 +147,7 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
     import pstats
 
     from multikafka.coordinator import Coordinator, CoordinatorConfig, EtcdEndpoint
+    from multikafka.coordinator.cli import settle_heap
     from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
 
     quiet_logs()
@@ -169,6 +170,7 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
     async def main() -> None:
         coordinator = Coordinator(config, client_factory=factory)
         await coordinator.start()
+        settle_heap()  # as the command does
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
             None, lambda: wait_until(lambda: coordinator.is_leader, 60, "leadership")

@@ -5,6 +5,7 @@ distribution's command, also ``python -m multikafka.coordinator``) and
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import sys
 from pathlib import Path
@@ -137,6 +138,14 @@ def coordinator_command(
         sys.exit(1)
 
 
+def settle_heap() -> None:
+    """Leave what start-up made (modules, services, clients) out of the
+    garbage collector's full collections, which otherwise walk it about once
+    a second under load (~60-90 us of CPU per planned trigger at 100
+    queries). It is still freed by reference counting."""
+    gc.freeze()
+
+
 def _config(
     etcd: str | None,
     ca: str | None,
@@ -155,6 +164,7 @@ def _config(
 
 async def _serve(coord: Coordinator, etcd_wait_s: float) -> None:
     await coord.start(etcd_wait_s=etcd_wait_s)
+    settle_heap()
     click.echo(
         f"coordinator {coord.address} serving (etcd {coord.config.etcd}); "
         f"{'leader' if coord.is_leader else 'standby until elected'}",
