@@ -148,9 +148,12 @@ def _snapshot(
     spec = view.spec.clusters[cid]
     raw_drain = view.status.drains.get(cid)
     drain = None if raw_drain is None else ov.as_offsets(raw_drain)
-    topics = frozenset(spec.topics)
-    if known is None:
-        return ClusterSnapshot(spec.state, topics, reachable=reachable, drain=drain)
-    if latest is None:
-        return ClusterSnapshot(spec.state, topics, reachable, known, drain=drain)
-    return ClusterSnapshot(spec.state, topics, reachable, known, latest, drain, stop)
+    return ClusterSnapshot(
+        spec.state,
+        frozenset(spec.topics),
+        reachable,
+        ov.EMPTY_SPLITS if known is None else known,
+        ov.EMPTY if latest is None else latest,
+        drain,
+        stop,
+    )
