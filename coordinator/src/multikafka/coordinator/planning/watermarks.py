@@ -174,9 +174,20 @@ class Watermarks:
         if entry is None or not self._serves(entry, cc, stopping, ask, start, cap):
             return None
         self.served += 1
-        if self._clock() - entry.asked_at > self._max_age_s / 2:
+        if self._clock() - entry.asked_at > self._max_age_s / 2 and not self._keeps_rhythm(key):
             self._renew(key, view, cc, ask)
         return entry.latest, entry.stop
+
+    def _keeps_rhythm(self, key: tuple[str, str]) -> bool:
+        """Whether the next use is asked for ahead of it: a value renewed
+        now would be too old by then."""
+        rhythm = self._rhythms.get(key)
+        return (
+            rhythm is not None
+            and rhythm.timer is not None
+            and rhythm.gap is not None
+            and (rhythm.gap > self._max_age_s)
+        )
 
     def _renew(
         self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits
