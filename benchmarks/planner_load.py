@@ -384,6 +384,11 @@ def print_summary(result: dict[str, Any]) -> None:
             f"(event loop {f['loop_cpu_ms_per_trigger']:.2f}), p99 {f['p99_ms']:.1f} ms"
         )
     console.print(f"idle coordinator: {result['idle_cpu_s_per_s']:.1%} of a core")
+    if "handler" in result:
+        console.print(
+            f"in-process, no gRPC: {result['handler']['us_per_call']:.0f} us of CPU per "
+            f"LatestOffsets (tasks and commit included) of {result['handler']['queries']} queries"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -446,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
             _put_stream(child.address, clusters)
             progress.update(task, description="idle", note="baseline")
             idle = result["idle_cpu_s_per_s"] = idle_cpu(child, args.seconds)
+            progress.update(task, note="in-process Planner calls")
+            result["handler"] = child.ask(f"handler {STREAM} 100 20")
             floor_at = {int(x) for x in args.floor.split(",") if x.strip()}
             for n in counts:
                 progress.update(task, description=f"{n:,} queries", note="running")
