@@ -180,37 +180,3 @@ async def test_planning_many_queries_asks_the_cluster_once(
         )
         assert plan.end == {"a/t/0": 100, "a/t/1": 100}
     assert cluster.calls - before <= 1
-
-
-async def test_a_lone_query_finds_its_watermarks_asked_ahead_of_its_trigger(
-    parts: Parts, cluster: FakeCluster
-) -> None:
-    """A query triggering every 0.4 s, with an age of 0.2 s: from its third
-    trigger on, the cluster was asked half the age before each one, so the
-    trigger is served at once and still sees what arrived since the last."""
-    marks = Watermarks(parts.discovery, max_age_s=0.2)
-    await _get(parts, marks)
-    await asyncio.sleep(0.4)  # the query's trigger interval, not a wait for a condition
-    await _get(parts, marks)  # the rhythm is set: one request asked ahead of the next
-    assert marks.ahead == 0
-    for n in range(3):
-        cluster.add_records("t", 0, [2000])
-        await asyncio.sleep(0.4)
-        served = marks.served
-        assert (await _get(parts, marks))["a/t/0"] == 101 + n
-        assert marks.served == served + 1  # no wait for a request
-    assert marks.ahead >= 2
-    # One request per trigger, as asking at the trigger would be.
-    assert marks.asked <= 2 + 3
-    await marks.close()
-
-
-async def test_uses_close_together_keep_no_rhythm(parts: Parts, cluster: FakeCluster) -> None:
-    marks = Watermarks(parts.discovery, max_age_s=1.0)
-    for _ in range(5):
-        await _get(parts, marks)
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(1.0)  # when a rhythm's request would have been due
-    assert marks.ahead == 0
-    assert marks.asked == 1
-    await marks.close()

@@ -106,7 +106,7 @@ async def snapshots_of(
             await discovery.discover(cc)
         known, ask = _ask(cc, start, cid, spec.topics)
         try:
-            latest, stop = await watermarks.wait(view, cc, ask, start=start, cap=cap)
+            latest, stop = await watermarks.get(view, cc, ask, start=start, cap=cap)
         except UnavailableError:
             metrics.reachable.labels(view.name, cid).set(0)
             return cid, _snapshot(view, cid, False, known)

@@ -18,11 +18,8 @@ one request. A cached watermark is a lower bound of the true one (offsets
 only grow), so a batch planned from it never reads past what exists; what
 it leaves out the next batch reads. Once a value is half its age, the next
 query that uses it asks for a fresh one in the background: under load no
-query waits for a broker. Uses further apart than half the age (a lone
-query, or a few) keep a rhythm: a value is asked for half the age before
-the next use is due (the smoothed time between uses), so that use finds it
-fresh instead of waiting for the brokers; that is one request per use, as
-asking at the use would be, and a use that comes too late asks as before. Exact reads
+query waits for a broker; a lone query with triggers further apart than
+``max_age_s`` asks the cluster on each of them, as before. Exact reads
 (``ResolveOffsets``: starting and ending positions, the AvailableNow target)
 never use the cache.
 """
@@ -53,8 +50,6 @@ logger = logging.getLogger(__name__)
 
 #: How old a cached watermark may be when a query plans with it.
 DEFAULT_MAX_AGE_S = 0.1
-#: Uses further apart than this keep no rhythm (nothing is asked ahead of them).
-MAX_RHYTHM_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -73,21 +68,6 @@ class _Entry:
     asked_at: float
 
 
-@dataclass
-class _Rhythm:
-    """When a cluster's watermarks were used, and what to ask ahead of the next use."""
-
-    #: ``clock()`` at the last use.
-    last: float
-    view: StreamView
-    client: ClusterClient
-    ask: Splits
-    #: Smoothed time between uses (None: one use so far).
-    gap: float | None = None
-    #: The request asked ahead of the next use, when due.
-    timer: asyncio.TimerHandle | None = None
-
-
 class Watermarks:
     """The shared watermarks of one term's planning (see the module docstring)."""
 
@@ -103,13 +83,10 @@ class Watermarks:
         self._clock = clock
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._pending: dict[tuple[str, str], asyncio.Future[_Entry]] = {}
-        self._rhythms: dict[tuple[str, str], _Rhythm] = {}
         self._tasks = BackgroundTasks("watermarks")
         #: Requests sent to clusters, and queries answered from the cache (for tests and metrics).
         self.asked = 0
         self.served = 0
-        #: Requests asked ahead of a use due by the rhythm of uses.
-        self.ahead = 0
 
     async def get(
         self,
@@ -127,19 +104,6 @@ class Watermarks:
         found = self.cached(view, cc, ask, start=start, cap=cap)
         if found is not None:
             return found
-        return await self.wait(view, cc, ask, start=start, cap=cap)
-
-    async def wait(
-        self,
-        view: StreamView,
-        cc: ClusterClient,
-        ask: Splits,
-        *,
-        start: SplitOffsets,
-        cap: SplitOffsets | None = None,
-    ) -> tuple[SplitOffsets, SplitOffsets | None]:
-        """:meth:`get` after :meth:`cached` answered None: the answer of a
-        request in flight if it serves, else of a new one."""
         key = (view.name, cc.cluster)
         stopping = view.spec.clusters[cc.cluster].stopping
         pending = self._pending.get(key)
@@ -164,75 +128,18 @@ class Watermarks:
         cap: SplitOffsets | None = None,
     ) -> tuple[SplitOffsets, SplitOffsets | None] | None:
         """What :meth:`get` answers without waiting, or None: it would wait
-        for the cluster (then :meth:`wait`). A call is a use of the cluster's
-        watermarks (its rhythm is kept); past half its age, a value used here
-        is renewed in the background."""
+        for the cluster. Past half its age, a value used here is renewed in
+        the background."""
         key = (view.name, cc.cluster)
-        self._used(key, view, cc, ask)
         entry = self._entries.get(key)
         stopping = view.spec.clusters[cc.cluster].stopping
         if entry is None or not self._serves(entry, cc, stopping, ask, start, cap):
             return None
         self.served += 1
-        if self._clock() - entry.asked_at > self._max_age_s / 2 and not self._keeps_rhythm(key):
-            self._renew(key, view, cc, ask)
-        return entry.latest, entry.stop
-
-    def _keeps_rhythm(self, key: tuple[str, str]) -> bool:
-        """Whether the next use is asked for ahead of it: a value renewed
-        now would be too old by then."""
-        rhythm = self._rhythms.get(key)
-        return (
-            rhythm is not None
-            and rhythm.timer is not None
-            and rhythm.gap is not None
-            and (rhythm.gap > self._max_age_s)
-        )
-
-    def _renew(
-        self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits
-    ) -> None:
-        """Ask the cluster in the background, unless a request is in flight."""
-        if key not in self._pending:
+        if self._clock() - entry.asked_at > self._max_age_s / 2 and key not in self._pending:
             self._tasks.spawn("refresh", self._refresh_quietly(key, view, cc, ask))
             self._pending[key] = asyncio.get_running_loop().create_future()
-
-    def _used(self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits) -> None:
-        """Keep the rhythm of uses; uses further apart than half the age get
-        a request half the age before the next one is due."""
-        now = self._clock()
-        rhythm = self._rhythms.get(key)
-        if rhythm is None:
-            self._rhythms[key] = _Rhythm(now, view, cc, ask)
-            return
-        gap = now - rhythm.last
-        rhythm.gap = gap if rhythm.gap is None else (rhythm.gap + gap) / 2
-        rhythm.last, rhythm.view, rhythm.client, rhythm.ask = now, view, cc, ask
-        if rhythm.timer is not None:
-            rhythm.timer.cancel()
-            rhythm.timer = None
-        lead = self._max_age_s / 2
-        if self._max_age_s > 0 and lead < rhythm.gap <= MAX_RHYTHM_S:
-            rhythm.timer = asyncio.get_running_loop().call_later(
-                rhythm.gap - lead, self._ahead, key
-            )
-
-    def _ahead(self, key: tuple[str, str]) -> None:
-        """A use is due in half the age: ask now, unless a fresh enough value
-        or a request is there, or the cluster's client changed."""
-        rhythm = self._rhythms.get(key)
-        if rhythm is None:
-            return
-        rhythm.timer = None
-        if self._discovery.client(rhythm.view.name, rhythm.client.cluster) is not rhythm.client:
-            del self._rhythms[key]  # removed or replaced: the next use starts over
-            return
-        entry = self._entries.get(key)
-        if entry is not None and self._clock() - entry.asked_at < self._max_age_s / 2:
-            return
-        if key not in self._pending:
-            self.ahead += 1
-        self._renew(key, rhythm.view, rhythm.client, rhythm.ask)
+        return entry.latest, entry.stop
 
     def _serves(
         self,
@@ -291,10 +198,6 @@ class Watermarks:
             await self._refresh(key, view, cc, ask)
 
     async def close(self) -> None:
-        for rhythm in self._rhythms.values():
-            if rhythm.timer is not None:
-                rhythm.timer.cancel()
-        self._rhythms.clear()
         await self._tasks.stop()
         for future in self._pending.values():
             future.cancel()
