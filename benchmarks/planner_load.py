@@ -340,8 +340,19 @@ def plot(result: dict[str, Any], path: Path) -> None:
             color="tab:green",
             label="floor: one gRPC ping",
         )
+    handler = result.get("handler")
+    if handler:
+        left.plot(
+            [handler["queries"]],
+            [handler["us_per_call"] / 1000],
+            "D",
+            color="tab:purple",
+            label="the Planner alone (in-process, no gRPC)",
+        )
     left.axhline(GOAL_CPU_MS, color="grey", ls="--", label=f"goal {GOAL_CPU_MS:g} ms")
-    left.set_xscale("log")
+    # Log scales need points: every run saturated leaves none.
+    scale = "log" if runs else "linear"
+    left.set_xscale(scale)
     left.set_xlabel("concurrent queries (one trigger a second)")
     left.set_ylabel("coordinator CPU per trigger (ms)")
     left.set_ylim(bottom=0)
@@ -349,8 +360,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
     right.plot(ns, [r["p99_ms"] for r in runs], "o-", label="p99")
     right.plot(ns, [r["p50_ms"] for r in runs], "o--", label="p50")
     right.axhline(GOAL_P99_MS, color="grey", ls="--", label=f"goal p99 {GOAL_P99_MS:g} ms at 100")
-    right.set_xscale("log")
-    right.set_yscale("log")
+    right.set_xscale(scale)
+    right.set_yscale(scale)
     right.set_xlabel("concurrent queries (one trigger a second)")
     right.set_ylabel("client wall time per trigger (ms)")
     right.legend()
