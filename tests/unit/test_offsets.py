@@ -4,6 +4,7 @@ checkpoints still read), the wire columns, validation, split ids."""
 from __future__ import annotations
 
 import json
+import pickle
 import random
 
 import numpy as np
@@ -254,6 +255,10 @@ def test_positions_are_remembered_per_pair_of_sets_and_read_only() -> None:
     mine = splits.positions(splits, slice(1, 4))
     assert mine[0].tolist() == [1, 2, 3]
     assert mine[1].all()
+    # Pickled (to executors) without what it remembers.
+    copy = pickle.loads(pickle.dumps(other))
+    assert copy == other
+    assert len(pickle.dumps(other)) == len(pickle.dumps(copy))
     # select() of every split is the set itself (the memory carries over).
     assert splits.select(np.ones(len(splits), dtype=bool)) is splits
     assert splits.select(np.array([True, False, True, True, True])).ids() == [

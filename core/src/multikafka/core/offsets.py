@@ -87,6 +87,13 @@ class Splits:
             None
         )
 
+    def __getstate__(self) -> tuple[tuple[Group, ...], I64]:
+        """Pickled without what it remembers (other sets' answers)."""
+        return self.groups, self.codes
+
+    def __setstate__(self, state: tuple[tuple[Group, ...], I64]) -> None:
+        self.__init__(*state)  # type: ignore[misc]
+
     # -- building ------------------------------------------------------------
 
     @classmethod
