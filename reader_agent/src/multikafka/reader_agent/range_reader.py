@@ -108,6 +108,7 @@ class KafkaRangeReader:
     in one worker do. The consumer fetches only during a read: at its end,
     what it fetched is taken as leftovers and every partition unassigned
     (parked). Partitions unused for ``idle_reads`` reads are forgotten. A read
+    pauses a partition whose range is done while it waits for others, and
     keeps as many leftovers as the partition's range had (at most a consume
     batch), then pauses the partition. After
     an error, or a read its caller stopped early, the reader forgets every
@@ -499,11 +500,23 @@ class KafkaRangeReader:
         pairs, codes = cols.partitions()
         keys = list(pending)
         positions = self._consumer.position([TopicPartition(t, p) for t, p in keys])
+        done = []
         for key, pos in zip(keys, positions, strict=True):
             if pos.offset >= 0:
                 nxt[key] = self._next[key] = pos.offset
             if pos.offset >= pending[key].until:
                 del pending[key]  # stays assigned: the next range may go on from here
+                done.append(key)
+        # While the read waits for other partitions, one whose range is done
+        # is paused: librdkafka hands out a partition's fetched records
+        # together (tansu answers a fetch with one partition's records, tens
+        # of thousands), and what comes past the range's end would fill the
+        # next consume batches, each record consumed and converted, mostly
+        # for nothing. The last ones done keep fetching until the read parks.
+        done = [k for k in done if k not in self._paused] if pending else []
+        if done:
+            self._consumer.pause([TopicPartition(*k) for k in done])
+            self._paused.update(done)
         # Records past their range's end: only partitions this batch finished,
         # or finished earlier in the read, have them (the rare path, taken
         # about once per range). They are kept for a range that goes on there.
