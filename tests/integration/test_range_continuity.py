@@ -181,6 +181,21 @@ def test_every_pattern_of_reads_gets_exactly_its_records(
     assert reader.continued >= 3  # steps 2, 3 and 5's partition 1
 
 
+def test_what_is_kept_past_a_range_is_as_long_as_the_range(
+    shared_reader: tuple[KafkaRangeReader, str],
+) -> None:
+    """librdkafka fetches far past a short range; the reader keeps (consumes
+    and converts) only as many records past its end as the range had, for the
+    split's next range, and that range still reads exactly."""
+    reader, topic = shared_reader
+    _read(reader, [R(topic, 0, 0, 10)])
+    end, held = reader._leftover.get((topic, 0), (10, None))
+    assert end == 10
+    assert held is None or len(held) <= 10
+    rows, _ = _read(reader, [R(topic, 0, 10, 30)])
+    assert rows == _expected([R(topic, 0, 10, 30)])
+
+
 def test_a_read_stopped_early_leaves_the_next_read_exact(
     shared_reader: tuple[KafkaRangeReader, str],
 ) -> None:

@@ -108,7 +108,9 @@ class KafkaRangeReader:
     in one worker do. The consumer fetches only during a read: at its end,
     what it fetched is taken as leftovers and every partition unassigned
     (parked). Partitions unused for ``idle_reads`` reads are forgotten. A read
-    pauses a partition that has a consume batch of leftovers waiting. After
+    pauses a partition whose range is done while it waits for others, and
+    keeps as many leftovers as the partition's range had (at most a consume
+    batch), then pauses the partition. After
     an error, or a read its caller stopped early, the reader forgets every
     position and starts the next read from scratch.
     """
@@ -153,6 +155,9 @@ class KafkaRangeReader:
         #: Records consumed past the end of a partition's last range: (that
         #: end, the records), in offset order, up to ``_next``.
         self._leftover: dict[Key, tuple[int, Columns]] = {}
+        #: Per partition of the read going on: how many records past its
+        #: range's end to keep for a next range (:meth:`_hold_for`).
+        self._hold: dict[Key, int] = {}
         #: Ranges that continued where their partition's last one ended, and
         #: ranges the consumer had to be assigned at another offset for.
         self.continued = 0
@@ -181,6 +186,7 @@ class KafkaRangeReader:
         # (topic, partition) -> range, for ranges not read to their end yet
         pending = {(r.topic, r.partition): r for r in todo if nxt[(r.topic, r.partition)] < r.until}
         ends = {(r.topic, r.partition): r.until for r in todo}
+        self._hold = {(r.topic, r.partition): self._hold_for(r) for r in todo}
         consumer = self._consumer
         try:
             self._position_for(pending, nxt)
@@ -233,7 +239,16 @@ class KafkaRangeReader:
         Unassigned rather than paused: librdkafka took up to a second to fetch
         a resumed partition again, and fetches an assigned one at once."""
         try:
-            msgs: list[Any] = self._consumer.consume(self._batch_size, timeout=0)
+            # Only as many as the partitions still fetched may keep: the
+            # consumer's queue can hold far more than the next ranges need.
+            room = sum(
+                max(self._hold.get(k, 0) - self._held(k, end), 0)
+                for k, end in ends.items()
+                if k in self._assigned and k not in self._paused
+            )
+            msgs: list[Any] = (
+                self._consumer.consume(min(room, self._batch_size), timeout=0) if room else []
+            )
             failed = {(m.topic(), m.partition()) for m in msgs if m.error() is not None}
             good = [m for m in msgs if m.error() is None]
             self._forget(list(failed))  # where those stand is not known
@@ -249,6 +264,23 @@ class KafkaRangeReader:
                 extra={"cluster": self.connection.cluster, "error": str(exc)},
             )
             self._forget(list(self._next))
+
+    def _hold_for(self, r: SplitRange) -> int:
+        """How many records past ``r``'s end its partition keeps for the
+        range after it: as many as ``r`` has (the next micro-batch's range of
+        a split is about as long), at most a consume batch. librdkafka
+        fetches far past a short range (up to ``queued.min.messages`` per
+        partition); taking a consume batch of it per partition through
+        ``consume`` and converting it made micro-batches of 1,250 records per
+        range consume 13-17x their records (docs/benchmarks.md, Small
+        micro-batches), mostly for nothing: the split's next range often goes
+        to another worker."""
+        return max(1, min(self._batch_size, r.until - r.start))
+
+    def _held(self, key: Key, end: int) -> int:
+        """Records kept past ``end`` for ``key``."""
+        held = self._leftover.get(key)
+        return len(held[1]) if held is not None and held[0] == end else 0
 
     def _continue_at(self, r: SplitRange, ready: list[Columns]) -> int:
         """Where reading ``r`` goes on: after the leftovers it can use (added to
@@ -468,11 +500,23 @@ class KafkaRangeReader:
         pairs, codes = cols.partitions()
         keys = list(pending)
         positions = self._consumer.position([TopicPartition(t, p) for t, p in keys])
+        done = []
         for key, pos in zip(keys, positions, strict=True):
             if pos.offset >= 0:
                 nxt[key] = self._next[key] = pos.offset
             if pos.offset >= pending[key].until:
                 del pending[key]  # stays assigned: the next range may go on from here
+                done.append(key)
+        # While the read waits for other partitions, one whose range is done
+        # is paused: librdkafka hands out a partition's fetched records
+        # together (tansu answers a fetch with one partition's records, tens
+        # of thousands), and what comes past the range's end would fill the
+        # next consume batches, each record consumed and converted, mostly
+        # for nothing. The last ones done keep fetching until the read parks.
+        done = [k for k in done if k not in self._paused] if pending else []
+        if done:
+            self._consumer.pause([TopicPartition(*k) for k in done])
+            self._paused.update(done)
         # Records past their range's end: only partitions this batch finished,
         # or finished earlier in the read, have them (the rare path, taken
         # about once per range). They are kept for a range that goes on there.
@@ -503,7 +547,7 @@ class KafkaRangeReader:
                 mine = _concat(held[1], mine)
             self._leftover[key] = (end, mine)
             self._next[key] = max(self._next[key], last[key][0] + 1)
-            if len(mine) >= self._batch_size and key not in self._paused:
+            if len(mine) >= self._hold.get(key, self._batch_size) and key not in self._paused:
                 self._consumer.pause([TopicPartition(*key)])
                 self._paused.add(key)
 
