@@ -45,11 +45,17 @@ async def _client(parts: Parts) -> ClusterClient:
 
 
 async def _get(
-    parts: Parts, marks: Watermarks, start: SplitOffsets = EMPTY, cap: SplitOffsets | None = None
+    parts: Parts,
+    marks: Watermarks,
+    start: SplitOffsets = EMPTY,
+    cap: SplitOffsets | None = None,
+    budget: int | None = None,
 ) -> dict[str, int]:
     cc = await _client(parts)
     ask, _ = cc.split_table()
-    latest, stop = await marks.get(parts.store.get("s"), cc, ask, start=start, cap=cap)
+    latest, stop = await marks.get(
+        parts.store.get("s"), cc, ask, start=start, cap=cap, budget=budget
+    )
     assert stop is None
     return latest.to_dict()
 
@@ -180,3 +186,38 @@ async def test_planning_many_queries_asks_the_cluster_once(
         )
         assert plan.end == {"a/t/0": 100, "a/t/1": 100}
     assert cluster.calls - before <= 1
+
+
+async def test_a_query_its_budget_holds_back_is_served_older_values(
+    parts: Parts, cluster: FakeCluster
+) -> None:
+    """A query reading at most 50 records a batch, 150 behind in the cached
+    value, reads none of the newest records this batch anyway: a value
+    older than the age serves it (renewed in the background); one that does
+    not fill its budget, or is older than BEHIND_MAX_AGE_S, does not."""
+    clock = Clock()
+    marks = Watermarks(parts.discovery, max_age_s=0.1, clock=clock)
+    start = as_offsets({"a/t/0": 20, "a/t/1": 30})  # 80 + 70 = 150 behind
+    assert await _get(parts, marks, start, budget=50) == {"a/t/0": 100, "a/t/1": 100}
+    cluster.add_records("t", 0, [2000] * 5)
+    clock.now += 2.0
+    assert await _get(parts, marks, start, budget=150) == {"a/t/0": 100, "a/t/1": 100}
+    assert marks.served == 1
+    await eventually_async(lambda: marks.asked == 2 and not marks._pending, timeout_s=5)
+
+    clock.now += 2.0  # the renewed value (105 on a/t/0) is 2 s old: 155 behind
+    assert await _get(parts, marks, start, budget=156) == {"a/t/0": 105, "a/t/1": 100}
+    assert marks.asked == 3  # not filled: asked fresh
+    clock.now += 6.0
+    assert await _get(parts, marks, start, budget=1) == {"a/t/0": 105, "a/t/1": 100}
+    assert marks.asked == 4  # older than BEHIND_MAX_AGE_S: asked fresh
+    clock.now += 2.0
+    assert await _get(parts, marks, start) == {"a/t/0": 105, "a/t/1": 100}
+    assert marks.asked == 5  # no budget: the age holds
+    await marks.close()
+
+    zero = Watermarks(parts.discovery, max_age_s=0.0)
+    for _ in range(2):
+        await _get(parts, zero, start, budget=1)
+    assert zero.asked == 2  # an age of 0 asks on every call, budget or not
+    await zero.close()

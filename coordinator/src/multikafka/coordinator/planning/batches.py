@@ -116,7 +116,7 @@ class MicroBatches:
         ``max_records`` records; within ``cap``, Trigger.AvailableNow's
         target), and what is available now (``EndPlan.available``)."""
         snapshots = await snapshots_of(
-            self._discovery, self._watermarks, self._metrics, view, start, cap
+            self._discovery, self._watermarks, self._metrics, view, start, cap, max_records
         )
         new = new_split_set(start, snapshots)
         abandoned = {}

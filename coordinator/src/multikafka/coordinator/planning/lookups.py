@@ -75,10 +75,12 @@ async def snapshots_of(
     view: StreamView,
     start: SplitOffsets,
     cap: SplitOffsets | None = None,
+    budget: int | None = None,
 ) -> dict[str, ClusterSnapshot]:
     """What each cluster of the stream looks like now (high watermarks of
     the splits it has and the ones ``start`` holds, and its stops, from
-    ``watermarks``: fresh enough for a query at ``start`` within ``cap``);
+    ``watermarks``: fresh enough for a query at ``start`` within ``cap``,
+    reading at most ``budget`` records);
     whether it answered goes to the ``reachable`` gauge. Clusters the shared
     watermarks answer are done at once; the others are asked concurrently."""
 
@@ -91,7 +93,7 @@ async def snapshots_of(
         if not cc.discovered:
             return None
         known, ask = _ask(cc, start, cid, spec.topics)
-        found = watermarks.cached(view, cc, ask, start=start, cap=cap)
+        found = watermarks.cached(view, cc, ask, start=start, cap=cap, budget=budget)
         if found is None:
             return None
         metrics.reachable.labels(view.name, cid).set(1)
@@ -106,7 +108,7 @@ async def snapshots_of(
             await discovery.discover(cc)
         known, ask = _ask(cc, start, cid, spec.topics)
         try:
-            latest, stop = await watermarks.get(view, cc, ask, start=start, cap=cap)
+            latest, stop = await watermarks.get(view, cc, ask, start=start, cap=cap, budget=budget)
         except UnavailableError:
             metrics.reachable.labels(view.name, cid).set(0)
             return cid, _snapshot(view, cid, False, known)

@@ -13,6 +13,12 @@ matters:
 * under ``Trigger.AvailableNow``, every split is at or above the run's
   target (``cap``): a stale watermark would end the run short of it.
 
+A query held back by its read budget (``maxOffsetsPerTrigger``) reads no
+record of the newest anyway: a value older than the age (up to
+``BEHIND_MAX_AGE_S``) still serves it when the cluster's part of its backlog
+in that value is at least its budget. Only the budget's shares between
+splits (proportional to backlog) can differ from a fresh value's.
+
 Otherwise the cluster is asked, and every query waiting meanwhile shares the
 one request. A cached watermark is a lower bound of the true one (offsets
 only grow), so a batch planned from it never reads past what exists; what
@@ -50,6 +56,8 @@ logger = logging.getLogger(__name__)
 
 #: How old a cached watermark may be when a query plans with it.
 DEFAULT_MAX_AGE_S = 0.1
+#: How old it may be for a query whose read budget the value already fills.
+BEHIND_MAX_AGE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -96,12 +104,13 @@ class Watermarks:
         *,
         start: SplitOffsets,
         cap: SplitOffsets | None = None,
+        budget: int | None = None,
     ) -> tuple[SplitOffsets, SplitOffsets | None]:
         """The high watermarks of ``ask`` (all of ``cc``'s cluster) and their
         stops (None: the cluster has no stopping position), good enough for
-        a query at ``start`` (and ``cap``). Raises :class:`UnavailableError`
+        a query at ``start`` (and ``cap``, with read ``budget``). Raises :class:`UnavailableError`
         when the cluster does not answer."""
-        found = self.cached(view, cc, ask, start=start, cap=cap)
+        found = self.cached(view, cc, ask, start=start, cap=cap, budget=budget)
         if found is not None:
             return found
         key = (view.name, cc.cluster)
@@ -112,7 +121,7 @@ class Watermarks:
                 entry = await asyncio.shield(pending)
             except UnavailableError:
                 entry = None
-            if entry is not None and self._serves(entry, cc, stopping, ask, start, cap):
+            if entry is not None and self._serves(entry, cc, stopping, ask, start, cap, budget):
                 self.served += 1
                 return entry.latest, entry.stop
         entry = await self._refresh(key, view, cc, ask)
@@ -126,6 +135,7 @@ class Watermarks:
         *,
         start: SplitOffsets,
         cap: SplitOffsets | None = None,
+        budget: int | None = None,
     ) -> tuple[SplitOffsets, SplitOffsets | None] | None:
         """What :meth:`get` answers without waiting, or None: it would wait
         for the cluster. Past half its age, a value used here is renewed in
@@ -133,7 +143,7 @@ class Watermarks:
         key = (view.name, cc.cluster)
         entry = self._entries.get(key)
         stopping = view.spec.clusters[cc.cluster].stopping
-        if entry is None or not self._serves(entry, cc, stopping, ask, start, cap):
+        if entry is None or not self._serves(entry, cc, stopping, ask, start, cap, budget):
             return None
         self.served += 1
         if self._clock() - entry.asked_at > self._max_age_s / 2 and key not in self._pending:
@@ -149,16 +159,22 @@ class Watermarks:
         ask: Splits,
         start: SplitOffsets,
         cap: SplitOffsets | None,
+        budget: int | None = None,
     ) -> bool:
         if entry.client is not cc or entry.stopping != stopping:
             return False
-        if self._clock() - entry.asked_at > self._max_age_s:
+        age = self._clock() - entry.asked_at
+        behind = bool(budget) and self._max_age_s > 0 and age <= BEHIND_MAX_AGE_S
+        if age > self._max_age_s and not behind:
             return False
         if entry.ask is not ask and entry.ask != ask:
             return False
-        return _at_or_above(entry.latest, ask, start) and (
+        if not _at_or_above(entry.latest, ask, start) or not (
             cap is None or _at_or_above(entry.latest, ask, cap)
-        )
+        ):
+            return False
+        # Older than the age: only for a query the value keeps at its budget.
+        return age <= self._max_age_s or _backlog(entry.latest, ask, start) >= (budget or 0)
 
     async def _refresh(
         self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits
@@ -203,6 +219,18 @@ class Watermarks:
             future.cancel()
         self._pending.clear()
         self._entries.clear()
+
+
+def _backlog(latest: SplitOffsets, ask: Splits, start: SplitOffsets) -> int:
+    """Records between ``start`` and ``latest`` over the splits of ``start``
+    in ``ask``'s cluster that ``latest`` holds."""
+    cid = ask.clusters()
+    if not len(start) or not cid or not len(latest):
+        return 0
+    where = start.splits.cluster_slice(cid[0])
+    at, found = latest.positions_of(start.splits, where)
+    ahead = latest.offsets[at[found]] - start.offsets[where][found]
+    return int(np.maximum(ahead, 0).sum())
 
 
 def _at_or_above(latest: SplitOffsets, ask: Splits, offsets: SplitOffsets) -> bool:
