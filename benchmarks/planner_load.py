@@ -98,10 +98,13 @@ RATE = 200
 
 
 def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> None:
-    """Run ``count`` simulated queries until ``plan["end"]``; print one JSON
-    line: the wall times of triggers that started inside the window, and
-    how many triggers each phase completed. ``plan["mode"]`` ``ping``: each
-    trigger is one gRPC health check instead (the floor of a call)."""
+    """Set up ``count`` simulated queries, print ``{"ready": ...}`` once all
+    are, read the run's times (``start``, ``window_start``, ``window_end``,
+    ``end``) as one JSON line from stdin, and run them until ``end``; print
+    one JSON line: the wall times of triggers that started inside the
+    window, and how many triggers each phase completed. ``plan["mode"]``
+    ``ping``: each trigger is one gRPC health check instead (the floor of a
+    call)."""
     quiet_logs()
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -110,14 +113,21 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     from multikafka.spark.options import parse_options
     from multikafka.spark.source import MultiKafkaStreamReader
 
-    trigger_s, start, end = plan["trigger_s"], plan["start"], plan["end"]
-    window = (plan["window_start"], plan["window_end"])
+    trigger_s = plan["trigger_s"]
     walls: list[float] = []
     counts = {"window": 0, "all": 0, "errors": 0}
     lock = threading.Lock()
+    ready = threading.Semaphore(0)
+    go = threading.Event()
+    times: dict[str, float] = {}
 
     def triggers(i: int, trigger: Callable[[], object]) -> None:
-        """Call ``trigger`` once every trigger interval, timing each."""
+        """Once every query is set up: call ``trigger`` once every trigger
+        interval, timing each."""
+        ready.release()
+        go.wait()
+        start, end = times["start"], times["end"]
+        window = (times["window_start"], times["window_end"])
         at = start + trigger_s * (first + i) / plan["queries"] % trigger_s
         while at < end:
             time.sleep(max(0.0, at - time.time()))
@@ -153,8 +163,14 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
             streaming=True,
             parallelism=2,
         )
-        reader = MultiKafkaStreamReader(options)
-        at: dict[str, Any] = {"begin": reader.initialOffset(), "previous": None}
+        try:
+            reader = MultiKafkaStreamReader(options)
+            at: dict[str, Any] = {"begin": reader.initialOffset(), "previous": None}
+        except Exception:
+            with lock:
+                counts["errors"] += 1
+            ready.release()  # set up as far as it goes: the run does not wait for it
+            return
 
         def trigger() -> None:
             """Spark's calls of a trigger, in its order."""
@@ -173,6 +189,12 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
     for t in threads:
         t.start()
+    for _ in threads:
+        ready.acquire()
+    sys.stdout.write(json.dumps({"ready": count}) + "\n")
+    sys.stdout.flush()
+    times.update(json.loads(sys.stdin.readline()))
+    go.set()
     for t in threads:
         t.join()
     cpu = time.process_time()
@@ -237,19 +259,7 @@ def run_load(
     """N queries for a warm-up and a window; the coordinator's CPU per
     trigger and the clients' wall times."""
     workers = max(1, min(args.workers, n))
-    now = time.time()
-    start = now + 3.0 + n / 50  # processes start, import, connect, resolve
-    window_start = start + args.warmup
-    window_end = window_start + args.seconds
-    plan = {
-        "trigger_s": args.trigger,
-        "start": start,
-        "end": window_end + args.trigger,
-        "window_start": window_start,
-        "window_end": window_end,
-        "queries": n,
-        "mode": mode,
-    }
+    plan = {"trigger_s": args.trigger, "queries": n, "mode": mode}
     procs = []
     first = 0
     for w in range(workers):
@@ -267,6 +277,7 @@ def run_load(
                     str(first),
                     json.dumps(plan),
                 ],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
                 text=True,
@@ -275,6 +286,26 @@ def run_load(
             )
         )
         first += count
+    # Every query set up (processes started, connected, positions resolved)
+    # before the run's clock starts: else a large N may still be starting
+    # when its window ends.
+    for p in procs:
+        assert p.stdout is not None
+        if not p.stdout.readline():
+            raise RuntimeError(f"a query process failed; see {work}/q{n}-*.log")
+    start = time.time() + 1.0
+    window_start = start + args.warmup
+    window_end = window_start + args.seconds
+    times = {
+        "start": start,
+        "window_start": window_start,
+        "window_end": window_end,
+        "end": window_end + args.trigger,
+    }
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(json.dumps(times) + "\n")
+        p.stdin.flush()
     time.sleep(max(0.0, window_start - time.time()))
     before = child.usage()
     with py_spy(child.pid, spy_to):
