@@ -513,10 +513,8 @@ class KafkaRangeReader:
         # of thousands), and what comes past the range's end would fill the
         # next consume batches, each record consumed and converted, mostly
         # for nothing. The last ones done keep fetching until the read parks.
-        done = [k for k in done if k not in self._paused] if pending else []
-        if done:
-            self._consumer.pause([TopicPartition(*k) for k in done])
-            self._paused.update(done)
+        if pending:
+            self._pause(done)
         # Records past their range's end: only partitions this batch finished,
         # or finished earlier in the read, have them (the rare path, taken
         # about once per range). They are kept for a range that goes on there.
@@ -530,6 +528,13 @@ class KafkaRangeReader:
                 cols, codes = cols.filter(keep), codes[keep]
         self._account(cols, outcome, (pairs, codes))
         return cols
+
+    def _pause(self, keys: Sequence[Key]) -> None:
+        """Pause fetching ``keys`` (those not paused yet)."""
+        keys = [k for k in keys if k not in self._paused]
+        if keys:
+            self._consumer.pause([TopicPartition(*k) for k in keys])
+            self._paused.update(keys)
 
     def _keep_leftovers(self, past: Columns, ends: Mapping[Key, int]) -> None:
         """Keep records consumed past their range's end, per partition; pause
@@ -547,9 +552,8 @@ class KafkaRangeReader:
                 mine = _concat(held[1], mine)
             self._leftover[key] = (end, mine)
             self._next[key] = max(self._next[key], last[key][0] + 1)
-            if len(mine) >= self._hold.get(key, self._batch_size) and key not in self._paused:
-                self._consumer.pause([TopicPartition(*key)])
-                self._paused.add(key)
+            if len(mine) >= self._hold.get(key, self._batch_size):
+                self._pause([key])
 
     @staticmethod
     def _account(
