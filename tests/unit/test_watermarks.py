@@ -6,10 +6,12 @@ answers a query differently from a fresh one where that matters."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
 from multikafka.coordinator.clusters.discovery import ClusterClient
+from multikafka.coordinator.planning import watermarks as watermarks_module
 from multikafka.coordinator.planning.watermarks import Watermarks
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.offsets import EMPTY, SplitOffsets, as_offsets
@@ -134,6 +136,40 @@ async def test_concurrent_queries_wait_for_one_request(parts: Parts, cluster: Fa
     got = await asyncio.gather(*(_get(parts, marks) for _ in range(20)))
     assert got == [{"a/t/0": 100, "a/t/1": 100}] * 20
     assert marks.asked == 1
+    await marks.close()
+
+
+async def test_queries_waiting_on_a_slow_answer_share_it(
+    parts: Parts, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer slower than the age still serves every query that came
+    within the age after it was asked; later ones share one more request.
+    Before, each waiting query asked again after a slow answer: a herd that
+    slowed the cluster further (600 queries collapsed to 108 triggers/s)."""
+    clock = Clock()
+    marks = Watermarks(parts.discovery, max_age_s=0.1, clock=clock)
+    await _client(parts)
+    gate = asyncio.Event()
+    asked = watermarks_module.lookup
+
+    async def slow(*args: Any, **kwargs: Any) -> SplitOffsets:
+        await gate.wait()
+        return await asked(*args, **kwargs)
+
+    monkeypatch.setattr(watermarks_module, "lookup", slow)
+    first = asyncio.create_task(_get(parts, marks))
+    await eventually_async(lambda: marks.asked == 1)
+    clock.now += 0.05  # within the age of the request on its way
+    within = [asyncio.create_task(_get(parts, marks)) for _ in range(20)]
+    await asyncio.sleep(0)  # each is waiting for the request
+    clock.now += 0.1  # past the age of it
+    later = [asyncio.create_task(_get(parts, marks)) for _ in range(20)]
+    await asyncio.sleep(0)
+    clock.now += 1.0  # the cluster answers a second after it was asked
+    gate.set()
+    got = await asyncio.gather(first, *within, *later)
+    assert got == [{"a/t/0": 100, "a/t/1": 100}] * 41
+    assert marks.asked == 2  # the first request, and one for the later queries
     await marks.close()
 
 

@@ -20,7 +20,9 @@ in that value is at least its budget. Only the budget's shares between
 splits (proportional to backlog) can differ from a fresh value's.
 
 Otherwise the cluster is asked, and every query waiting meanwhile shares the
-one request. A cached watermark is a lower bound of the true one (offsets
+one request: its answer serves each query that came at most ``max_age_s``
+after it was asked (or after it), however long the cluster took to answer,
+so that a slow answer never makes every waiting query ask again. A cached watermark is a lower bound of the true one (offsets
 only grow), so a batch planned from it never reads past what exists; what
 it leaves out the next batch reads. Once a value is half its age, the next
 query that uses it asks for a fresh one in the background: under load no
@@ -110,18 +112,25 @@ class Watermarks:
         stops (None: the cluster has no stopping position), good enough for
         a query at ``start`` (and ``cap``, with read ``budget``). Raises :class:`UnavailableError`
         when the cluster does not answer."""
+        arrived = self._clock()
         found = self.cached(view, cc, ask, start=start, cap=cap, budget=budget)
         if found is not None:
             return found
         key = (view.name, cc.cluster)
         stopping = view.spec.clusters[cc.cluster].stopping
-        pending = self._pending.get(key)
-        if pending is not None:
+        # Join the request on its way: its answer serves this query if it
+        # was asked within the age before the query came, however long the
+        # cluster takes to answer; one asked after it came is as fresh as
+        # one this query would ask. Queries never each ask again after a
+        # slow answer (a herd that would slow the cluster further).
+        while (pending := self._pending.get(key)) is not None:
             try:
                 entry = await asyncio.shield(pending)
             except UnavailableError:
-                entry = None
-            if entry is not None and self._serves(entry, cc, stopping, ask, start, cap, budget):
+                break
+            if entry.asked_at >= arrived or self._serves(
+                entry, cc, stopping, ask, start, cap, budget, now=arrived
+            ):
                 self.served += 1
                 return entry.latest, entry.stop
         entry = await self._refresh(key, view, cc, ask)
@@ -160,10 +169,14 @@ class Watermarks:
         start: SplitOffsets,
         cap: SplitOffsets | None,
         budget: int | None = None,
+        *,
+        now: float | None = None,
     ) -> bool:
+        """Whether ``entry`` answers a query at ``start`` that asked at
+        ``now`` (default: now) as a fresh value would (module docstring)."""
         if entry.client is not cc or entry.stopping != stopping:
             return False
-        age = self._clock() - entry.asked_at
+        age = (self._clock() if now is None else now) - entry.asked_at
         behind = bool(budget) and self._max_age_s > 0 and age <= BEHIND_MAX_AGE_S
         if age > self._max_age_s and not behind:
             return False
