@@ -274,14 +274,21 @@ def test_planner_and_reader_services_need_the_reader_token(
     ):
         planner = secure.planner(token=token)
         try:
-            message = _refused(lambda: planner.resolve(name, EARLIEST), code)  # noqa: B023
-            if code == UNAUTHENTICATED:
-                assert "reader token" in message
-                assert "coordinatorTokenFile" in message
-            else:
-                assert "not the reader token" in message
-            assert token not in message or not token
-            assert secure.reader_token not in message
+            # A unary call, and LatestOffsets (over the stream a query keeps open).
+            for call in (
+                lambda: planner.resolve(name, EARLIEST),  # noqa: B023
+                lambda: planner.latest(  # noqa: B023
+                    name, "q", {}, max_records=0, cap=None, fail_on_data_loss=True
+                ),
+            ):
+                message = _refused(call, code)
+                if code == UNAUTHENTICATED:
+                    assert "reader token" in message
+                    assert "coordinatorTokenFile" in message
+                else:
+                    assert "not the reader token" in message
+                assert token not in message or not token
+                assert secure.reader_token not in message
         finally:
             planner.close()
 
@@ -291,6 +298,8 @@ def test_planner_and_reader_services_need_the_reader_token(
         latest, _ = planner.resolve(name, LATEST)
         assert earliest == {f"a/{topic}/0": 0, f"a/{topic}/1": 0}
         assert latest == {f"a/{topic}/0": 11, f"a/{topic}/1": 11}  # 10 records + a fence
+        end = planner.latest(name, "q", earliest, max_records=0, cap=None, fail_on_data_loss=True)
+        assert end == latest
     finally:
         planner.close()
 

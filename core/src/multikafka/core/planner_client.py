@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 
 
 R = TypeVar("R")
+#: LatestOffsets over a stream kept open (once per micro-batch: see Coordinators.exchange).
+LATEST_OFFSETS_STREAM = "/multikafka.v1.Planner/LatestOffsetsStream"
 
 
 class Plan(NamedTuple):
@@ -79,16 +81,18 @@ class PlannerClient:
             self._coordinators.close()
         self._coordinators = None
 
+    def _coordinators_(self) -> Coordinators:
+        if self._coordinators is None:
+            self._coordinators = Coordinators(self.config)
+        return self._coordinators
+
     def _call(
         self,
         what: str,
         method: Callable[[planner_pb2_grpc.PlannerStub], Callable[..., R]],
         request: Any,
     ) -> R:
-        if self._coordinators is None:
-            self._coordinators = Coordinators(self.config)
-
-        return self._coordinators.unary(
+        return self._coordinators_().unary(
             what,
             planner_pb2_grpc.PlannerStub,
             method,
@@ -153,7 +157,15 @@ class PlannerClient:
         )
         if tasks is not None:
             req.tasks.CopyFrom(planner_pb2.TaskOptions(**tasks._asdict()))
-        resp = self._call("latest offsets", lambda s: s.LatestOffsets, req)
+        resp = self._coordinators_().exchange(
+            "latest offsets",
+            LATEST_OFFSETS_STREAM,
+            req,
+            planner_pb2.LatestOffsetsResponse,
+            lambda channel: planner_pb2_grpc.PlannerStub(channel).LatestOffsets,
+            timeout_s=self._call_timeout_s,
+            deadline_s=self._timeout_s,
+        )
         return LatestOffsets(
             ov.from_columns(resp.end, "end"),
             ov.from_columns(resp.available, "available"),

@@ -8,12 +8,16 @@ planner client, the reader agents' link) connects through :class:`Coordinators`.
 * TLS verified against a CA given as PEM bytes (so it can travel inside a
   Spark task), client certificates (mutual TLS), the bearer token on every
   call, keepalive, and gRPC's own retry policy for brief outages.
+* A call made once per micro-batch goes over a stream kept open
+  (:meth:`Coordinators.exchange`): gRPC's cost of a call (setting it up, its
+  metadata and status) is paid once per stream, on both sides.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +48,11 @@ _SERVICE_CONFIG = json.dumps(
             {
                 "name": [
                     {"service": "multikafka.v1.Admin"},
-                    {"service": "multikafka.v1.Planner"},
+                    # Not LatestOffsetsStream: a stream kept open is not replayed.
+                    {"service": "multikafka.v1.Planner", "method": "ResolveOffsets"},
+                    {"service": "multikafka.v1.Planner", "method": "LatestOffsets"},
+                    {"service": "multikafka.v1.Planner", "method": "PlanPartitions"},
+                    {"service": "multikafka.v1.Planner", "method": "Commit"},
                     {"service": "multikafka.v1.Reader", "method": "Register"},
                     {"service": "multikafka.v1.Reader", "method": "Heartbeat"},
                     {"service": "multikafka.v1.Reader", "method": "ReportReads"},
@@ -170,6 +178,10 @@ class Coordinators:
         self._address = config.addresses[0]
         self._next = 0
         self._channels: dict[str, grpc.Channel] = {}
+        #: (channel, method) -> the stream kept open to it (:meth:`exchange`).
+        self._exchanges: dict[tuple[grpc.Channel, str], _Exchange] = {}
+        #: Methods a replica answered UNIMPLEMENTED (an older coordinator).
+        self._no_exchange: set[str] = set()
         self.metadata = bearer(config.token)
 
     @property
@@ -296,8 +308,172 @@ class Coordinators:
 
         return self.call(what, call, deadline_s=deadline_s)
 
+    def exchange(
+        self,
+        what: str,
+        method: str,
+        request: Any,
+        response_type: type[R],
+        unary: Callable[[grpc.Channel], Callable[..., R]],
+        *,
+        timeout_s: float,
+        deadline_s: float,
+    ) -> R:
+        """``request`` answered over the bidirectional ``method`` (a path,
+        ``/package.Service/Method``, answering each request as the unary
+        ``unary(channel)`` would), on a stream kept open for the next one;
+        moving, retrying and failing as :meth:`call` does, each attempt given
+        ``timeout_s``. A stream that fails is dropped (the next attempt opens
+        a new one). While another thread uses the stream, or where the
+        replica does not know ``method``, the unary call is made."""
+
+        def attempt(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> R:
+            kept = self._exchange_of(channel, method, response_type, metadata)
+            if kept is not None and kept.busy.acquire(blocking=False):
+                try:
+                    answer: R = kept.ask(request, timeout_s)
+                    return answer
+                except grpc.RpcError as exc:
+                    with self._lock:
+                        if self._exchanges.get((channel, method)) is kept:
+                            del self._exchanges[(channel, method)]
+                    kept.close()
+                    if not isinstance(exc, grpc.Call):
+                        raise
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    logger.info("coordinator has no %s: calling it once per request", method)
+                    self._no_exchange.add(method)
+                finally:
+                    kept.busy.release()
+            return unary(channel)(request, metadata=metadata, timeout=timeout_s)
+
+        return self.call(what, attempt, deadline_s=deadline_s)
+
+    def _exchange_of(
+        self,
+        channel: grpc.Channel,
+        method: str,
+        response_type: type[Any],
+        metadata: tuple[tuple[str, str], ...],
+    ) -> _Exchange | None:
+        if method in self._no_exchange:
+            return None
+        with self._lock:
+            kept = self._exchanges.get((channel, method))
+            if kept is None:
+                if channel not in self._channels.values():
+                    return None  # closed meanwhile
+                kept = self._exchanges[(channel, method)] = _Exchange(
+                    channel, method, response_type, metadata
+                )
+            return kept
+
     def close(self) -> None:
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
+            exchanges, self._exchanges = list(self._exchanges.values()), {}
+        for kept in exchanges:
+            kept.close()
         for ch in channels:
             ch.close()
+
+
+class _StreamError(grpc.RpcError, grpc.Call):
+    """A kept stream's failure that gRPC did not raise itself: no answer in
+    time (``DEADLINE_EXCEEDED``, as a unary call's timeout), or the stream
+    ended by the replica without an error."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def initial_metadata(self) -> tuple[()]:
+        return ()
+
+    def trailing_metadata(self) -> tuple[()]:
+        return ()
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float:
+        return 0.0
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False
+
+
+#: Ends a kept stream's requests.
+_END = object()
+
+
+class _Exchange:
+    """One bidirectional call kept open on a channel: one request at a time
+    (``busy``), each answered in turn. Its answers are read by a thread of
+    its own, so that the caller can stop waiting after a timeout."""
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        method: str,
+        response_type: type[Any],
+        metadata: tuple[tuple[str, str], ...],
+    ) -> None:
+        self.busy = threading.Lock()
+        self._method = method
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        open_call = channel.stream_stream(
+            method,
+            request_serializer=_serialize,
+            response_deserializer=response_type.FromString,
+        )
+        self._call: Any = open_call(iter(self._requests.get, _END), metadata=metadata)
+        threading.Thread(
+            target=self._read, name=f"multikafka-exchange{method}", daemon=True
+        ).start()
+
+    def _read(self) -> None:
+        try:
+            for answer in self._call:
+                self._answers.put(answer)
+            self._answers.put(
+                _StreamError(grpc.StatusCode.UNAVAILABLE, f"{self._method}: the stream ended")
+            )
+        except grpc.RpcError as exc:
+            self._answers.put(exc)
+
+    def ask(self, request: Any, timeout_s: float) -> Any:
+        """The answer to ``request``; raises the stream's error (it is then
+        over), or ``DEADLINE_EXCEEDED`` after ``timeout_s``."""
+        self._requests.put(request)
+        try:
+            answer = self._answers.get(timeout=timeout_s)
+        except queue.Empty:
+            raise _StreamError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"{self._method}: no answer within {timeout_s:g} s",
+            ) from None
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        self._requests.put(_END)
+        self._call.cancel()
+
+
+def _serialize(message: Any) -> bytes:
+    data: bytes = message.SerializeToString()
+    return data

@@ -44,6 +44,11 @@ class PlannerStub:
                 request_serializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsRequest.SerializeToString,
                 response_deserializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsResponse.FromString,
                 _registered_method=True)
+        self.LatestOffsetsStream = channel.stream_stream(
+                '/multikafka.v1.Planner/LatestOffsetsStream',
+                request_serializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsRequest.SerializeToString,
+                response_deserializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsResponse.FromString,
+                _registered_method=True)
         self.PlanPartitions = channel.unary_unary(
                 '/multikafka.v1.Planner/PlanPartitions',
                 request_serializer=multikafka_dot_v1_dot_planner__pb2.PlanPartitionsRequest.SerializeToString,
@@ -76,6 +81,17 @@ class PlannerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LatestOffsetsStream(self, request_iterator, context):
+        """LatestOffsets over a stream a query keeps open: one response per request,
+        in order, each exactly what LatestOffsets answers it. The first request
+        LatestOffsets would refuse ends the stream with that status; the client
+        opens a new one. A call's own cost (setting up a call, its metadata and
+        status) is paid once per stream, not once per micro-batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PlanPartitions(self, request, context):
         """Balanced Spark partitions for the range between two offset vectors.
         """
@@ -100,6 +116,11 @@ def add_PlannerServicer_to_server(servicer, server):
             ),
             'LatestOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.LatestOffsets,
+                    request_deserializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsRequest.FromString,
+                    response_serializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsResponse.SerializeToString,
+            ),
+            'LatestOffsetsStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.LatestOffsetsStream,
                     request_deserializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsRequest.FromString,
                     response_serializer=multikafka_dot_v1_dot_planner__pb2.LatestOffsetsResponse.SerializeToString,
             ),
@@ -166,6 +187,33 @@ class Planner:
             request,
             target,
             '/multikafka.v1.Planner/LatestOffsets',
+            multikafka_dot_v1_dot_planner__pb2.LatestOffsetsRequest.SerializeToString,
+            multikafka_dot_v1_dot_planner__pb2.LatestOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LatestOffsetsStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/multikafka.v1.Planner/LatestOffsetsStream',
             multikafka_dot_v1_dot_planner__pb2.LatestOffsetsRequest.SerializeToString,
             multikafka_dot_v1_dot_planner__pb2.LatestOffsetsResponse.FromString,
             options,

@@ -42,6 +42,13 @@ class PlannerStub:
     limit; also its tasks (what PlanPartitions answers) and the previous
     batch's commit, when asked: one round trip per micro-batch.
     """
+    LatestOffsetsStream: _grpc.StreamStreamMultiCallable[_planner_pb2.LatestOffsetsRequest, _planner_pb2.LatestOffsetsResponse]
+    """LatestOffsets over a stream a query keeps open: one response per request,
+    in order, each exactly what LatestOffsets answers it. The first request
+    LatestOffsets would refuse ends the stream with that status; the client
+    opens a new one. A call's own cost (setting up a call, its metadata and
+    status) is paid once per stream, not once per micro-batch.
+    """
     PlanPartitions: _grpc.UnaryUnaryMultiCallable[_planner_pb2.PlanPartitionsRequest, _planner_pb2.PlanPartitionsResponse]
     """Balanced Spark partitions for the range between two offset vectors."""
     Commit: _grpc.UnaryUnaryMultiCallable[_planner_pb2.CommitRequest, _planner_pb2.CommitResponse]
@@ -58,6 +65,13 @@ class PlannerAsyncStub(PlannerStub):
     """The end offsets of the next micro-batch, given its start and a read
     limit; also its tasks (what PlanPartitions answers) and the previous
     batch's commit, when asked: one round trip per micro-batch.
+    """
+    LatestOffsetsStream: _aio.StreamStreamMultiCallable[_planner_pb2.LatestOffsetsRequest, _planner_pb2.LatestOffsetsResponse]  # type: ignore[assignment]
+    """LatestOffsets over a stream a query keeps open: one response per request,
+    in order, each exactly what LatestOffsets answers it. The first request
+    LatestOffsets would refuse ends the stream with that status; the client
+    opens a new one. A call's own cost (setting up a call, its metadata and
+    status) is paid once per stream, not once per micro-batch.
     """
     PlanPartitions: _aio.UnaryUnaryMultiCallable[_planner_pb2.PlanPartitionsRequest, _planner_pb2.PlanPartitionsResponse]  # type: ignore[assignment]
     """Balanced Spark partitions for the range between two offset vectors."""
@@ -84,6 +98,19 @@ class PlannerServicer(metaclass=_abc_1.ABCMeta):
         """The end offsets of the next micro-batch, given its start and a read
         limit; also its tasks (what PlanPartitions answers) and the previous
         batch's commit, when asked: one round trip per micro-batch.
+        """
+
+    @_abc_1.abstractmethod
+    def LatestOffsetsStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_planner_pb2.LatestOffsetsRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_planner_pb2.LatestOffsetsResponse], _abc.AsyncIterator[_planner_pb2.LatestOffsetsResponse]]:
+        """LatestOffsets over a stream a query keeps open: one response per request,
+        in order, each exactly what LatestOffsets answers it. The first request
+        LatestOffsets would refuse ends the stream with that status; the client
+        opens a new one. A call's own cost (setting up a call, its metadata and
+        status) is paid once per stream, not once per micro-batch.
         """
 
     @_abc_1.abstractmethod

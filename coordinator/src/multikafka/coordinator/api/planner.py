@@ -9,12 +9,12 @@ plan's ranges too (``RangeColumns``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 
-from multikafka.coordinator.api.rpc import unary
+from multikafka.coordinator.api.rpc import answer_each, unary
 from multikafka.coordinator.api.vectors import RecentVectors
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.state.metadata import MetadataStore
@@ -58,8 +58,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             offsets=ov.to_columns(offsets), generation=view.generation
         )
 
-    @unary
-    async def LatestOffsets(
+    async def _latest_offsets(
         self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
     ) -> planner_pb2.LatestOffsetsResponse:
         batches = self._batches()
@@ -94,6 +93,22 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
                 await self._plan(batches, view, query_id, start, plan.end, tasks)
             )
         return response
+
+    @unary
+    async def LatestOffsets(
+        self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
+    ) -> planner_pb2.LatestOffsetsResponse:
+        return await self._latest_offsets(request, context)
+
+    async def LatestOffsetsStream(
+        self, request_iterator: AsyncIterator[planner_pb2.LatestOffsetsRequest], context: Ctx
+    ) -> AsyncIterator[planner_pb2.LatestOffsetsResponse]:
+        """LatestOffsets over a stream a query keeps open: a call's own cost
+        (its set-up, metadata and status) once per stream."""
+        async for response in answer_each(
+            self._latest_offsets, request_iterator, context, "LatestOffsets"
+        ):
+            yield response
 
     @unary
     async def PlanPartitions(

@@ -57,12 +57,17 @@ def handler_like(
     *,
     request_deserializer: Callable[[bytes], Any] | None = None,
 ) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of ``handler``'s kind running ``stream`` (server-streaming)
-    or ``unary`` (otherwise; for a client-streaming method it gets the
-    request iterator), with its serializers; ``request_deserializer``
-    replaces its deserializer."""
+    """A handler of ``handler``'s kind running ``stream`` (server-streaming
+    and bidirectional: then it gets the request iterator) or ``unary``
+    (otherwise; for a client-streaming method it gets the request iterator),
+    with its serializers; ``request_deserializer`` replaces its
+    deserializer."""
     deserializer = request_deserializer or (handler.request_deserializer if handler else None)
     serializer = handler.response_serializer if handler else None
+    if handler is not None and handler.response_streaming and handler.request_streaming:
+        return grpc.stream_stream_rpc_method_handler(
+            stream, request_deserializer=deserializer, response_serializer=serializer
+        )
     if handler is not None and handler.response_streaming:
         return grpc.unary_stream_rpc_method_handler(
             stream, request_deserializer=deserializer, response_serializer=serializer
@@ -110,8 +115,9 @@ async def _refuse_unparsed(request: _Unparsed, context: Ctx, method: str) -> NoR
 
 class ParseInterceptor(grpc.aio.ServerInterceptor):
     """Answers requests to ``prefix`` methods that do not parse with
-    ``INVALID_ARGUMENT`` (unary and server-streaming methods). The wrapped
-    handler of a method is made once, on its first call."""
+    ``INVALID_ARGUMENT`` (unary, server-streaming and bidirectional methods:
+    for these, the first request that does not parse ends the call). The
+    wrapped handler of a method is made once, on its first call."""
 
     def __init__(self, prefix: str) -> None:
         self._prefix = prefix
@@ -127,7 +133,9 @@ class ParseInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any]:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or not method.startswith(self._prefix) or handler.request_streaming:
+        if handler is None or not method.startswith(self._prefix):
+            return handler
+        if handler.request_streaming and not handler.response_streaming:
             return handler
         known = self._wrapped.get(method)
         if known is not None and known[0] is handler:
@@ -143,15 +151,23 @@ def _refusing_unparsed(
     """``handler`` refusing requests that did not parse."""
     # Behaviors are coroutines here (an aio server).
     behavior: Any = handler.unary_unary
-    behavior_stream: Any = handler.unary_stream
+    behavior_stream: Any = handler.stream_stream or handler.unary_stream
 
     async def unary(request: Any, context: Ctx) -> Any:
         if isinstance(request, _Unparsed):
             await _refuse_unparsed(request, context, method)
         return await behavior(request, context)
 
+    async def parsed(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[Any]:
+        async for request in requests:
+            if isinstance(request, _Unparsed):
+                await _refuse_unparsed(request, context, method)
+            yield request
+
     async def stream(request: Any, context: Ctx) -> AsyncIterator[Any]:
-        if isinstance(request, _Unparsed):
+        if handler.request_streaming:
+            request = parsed(request, context)
+        elif isinstance(request, _Unparsed):
             await _refuse_unparsed(request, context, method)
         async for item in behavior_stream(request, context):
             yield item
@@ -197,3 +213,22 @@ def streaming(
             await _abort(context, exc, fn.__name__)
 
     return wrapper
+
+
+async def answer_each(
+    fn: Callable[[Req, Ctx], Awaitable[Resp]],
+    requests: AsyncIterator[Req],
+    context: Ctx,
+    method: str,
+) -> AsyncIterator[Resp]:
+    """A bidirectional method's answers: each request of its stream, in
+    order, answered as ``fn`` answers it as the unary ``method``; the first
+    error ends the stream with the status :func:`unary` gives it."""
+    async for request in requests:
+        try:
+            response = await fn(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, method)
+        yield response
