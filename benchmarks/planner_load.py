@@ -25,7 +25,8 @@ a warm-up, a window of ``--seconds``:
   the window, divided by the triggers of all queries in it; ``net_``: above
   its idle CPU (measured first, with no query: heartbeats, discovery);
   ``loop_``: its event loop's thread alone;
-* ``p50``/``p99``: the client's wall time per trigger (the three calls);
+* ``p50``/``p99``: the client's wall time per trigger (Spark's calls of it: one
+  ``LatestOffsets``, a message on the stream the query keeps open);
 * ``triggers_per_s``: triggers completed per second (a query whose trigger
   takes longer than its interval falls behind: then fewer than N per interval;
   below 80 % the run is *saturated*: the machine, which runs the simulated
