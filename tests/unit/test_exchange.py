@@ -217,3 +217,25 @@ async def test_a_request_that_does_not_parse_ends_the_stream_invalid_argument(
         assert replica.requests == 0
     finally:
         channel.close()
+
+
+async def test_a_stream_that_broke_while_idle_does_not_fail_the_next_request(
+    clients: list[PlannerClient],
+) -> None:
+    """A replica restarted between two micro-batches ended the kept stream
+    (as a rolling restart does): the next request opens a new one."""
+    first = Replica()
+    server, address = await _serve(first)
+    client = _client(clients, address)
+    assert await asyncio.to_thread(_latest, client, "q", {"a/t/0": 1}) == {"a/t/0": 2}
+    await server.stop(None)
+    again = Replica()
+    server = grpc.aio.server(interceptors=[ParseInterceptor("/multikafka.v1.")])
+    planner_pb2_grpc.add_PlannerServicer_to_server(again, server)
+    server.add_insecure_port(address)
+    await server.start()
+    try:
+        assert await asyncio.to_thread(_latest, client, "q", {"a/t/0": 2}) == {"a/t/0": 3}
+        assert (first.streams, again.streams, again.requests) == (1, 1, 1)
+    finally:
+        await server.stop(0)
