@@ -228,7 +228,7 @@ async def test_a_stream_that_broke_while_idle_does_not_fail_the_next_request(
     server, address = await _serve(first)
     client = _client(clients, address)
     assert await asyncio.to_thread(_latest, client, "q", {"a/t/0": 1}) == {"a/t/0": 2}
-    await server.stop(None)
+    await server.stop(0.2)  # as the coordinator stops: in-flight calls get a grace
     again = Replica()
     server = grpc.aio.server(interceptors=[ParseInterceptor("/multikafka.v1.")])
     planner_pb2_grpc.add_PlannerServicer_to_server(again, server)
@@ -237,5 +237,37 @@ async def test_a_stream_that_broke_while_idle_does_not_fail_the_next_request(
     try:
         assert await asyncio.to_thread(_latest, client, "q", {"a/t/0": 2}) == {"a/t/0": 3}
         assert (first.streams, again.streams, again.requests) == (1, 1, 1)
+    finally:
+        await server.stop(0)
+
+
+class ClosedAfterEachAnswer(Replica):
+    """Ends its stream after each answer with a status the client does not
+    retry (as a proxy closing idle streams might)."""
+
+    async def LatestOffsetsStream(
+        self, request_iterator: AsyncIterator[planner_pb2.LatestOffsetsRequest], context: Ctx
+    ) -> AsyncIterator[planner_pb2.LatestOffsetsResponse]:
+        self.streams += 1
+        async for response in answer_each(self._answer, request_iterator, context, "LatestOffsets"):
+            yield response
+            await context.abort(grpc.StatusCode.CANCELLED, "closed while idle")
+
+
+async def test_a_stream_ended_while_idle_is_replaced_before_the_request_goes(
+    clients: list[PlannerClient],
+) -> None:
+    replica = ClosedAfterEachAnswer()
+    server, address = await _serve(replica)
+    try:
+        client = _client(clients, address)
+        at = {"a/t/0": 1}
+        for _ in range(3):
+            at = await asyncio.to_thread(_latest, client, "q", at)
+            coordinators = client._coordinators
+            assert coordinators is not None
+            await eventually_async(lambda: all(k.ended for k in coordinators._exchanges.values()))  # noqa: B023
+        assert at == {"a/t/0": 4}
+        assert (replica.streams, replica.requests, replica.unary_calls) == (3, 3, 0)
     finally:
         await server.stop(0)

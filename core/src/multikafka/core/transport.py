@@ -328,22 +328,27 @@ class Coordinators:
         replica does not know ``method``, the unary call is made."""
 
         def attempt(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...]) -> R:
-            kept = self._exchange_of(channel, method, response_type, metadata)
-            if kept is not None and kept.busy.acquire(blocking=False):
+            for _ in range(2):
+                kept = self._exchange_of(channel, method, response_type, metadata)
+                if kept is None or not kept.busy.acquire(blocking=False):
+                    break
                 try:
+                    if kept.ended:
+                        # It ended while idle (a replica restarted, a proxy
+                        # closed it): this request never went on it.
+                        self._drop(channel, method, kept)
+                        continue
                     answer: R = kept.ask(request, timeout_s)
                     return answer
                 except grpc.RpcError as exc:
-                    with self._lock:
-                        if self._exchanges.get((channel, method)) is kept:
-                            del self._exchanges[(channel, method)]
-                    kept.close()
+                    self._drop(channel, method, kept)
                     if not isinstance(exc, grpc.Call):
                         raise
                     if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                         raise
                     logger.info("coordinator has no %s: calling it once per request", method)
                     self._no_exchange.add(method)
+                    break
                 finally:
                     kept.busy.release()
             return unary(channel)(request, metadata=metadata, timeout=timeout_s)
@@ -368,6 +373,12 @@ class Coordinators:
                     channel, method, response_type, metadata
                 )
             return kept
+
+    def _drop(self, channel: grpc.Channel, method: str, kept: _Exchange) -> None:
+        with self._lock:
+            if self._exchanges.get((channel, method)) is kept:
+                del self._exchanges[(channel, method)]
+        kept.close()
 
     def close(self) -> None:
         with self._lock:
@@ -431,6 +442,8 @@ class _Exchange:
         metadata: tuple[tuple[str, str], ...],
     ) -> None:
         self.busy = threading.Lock()
+        #: The stream is over (its error, if any, is the next answer).
+        self.ended = False
         self._method = method
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -453,6 +466,8 @@ class _Exchange:
             )
         except grpc.RpcError as exc:
             self._answers.put(exc)
+        finally:
+            self.ended = True
 
     def ask(self, request: Any, timeout_s: float) -> Any:
         """The answer to ``request``; raises the stream's error (it is then
