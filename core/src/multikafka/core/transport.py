@@ -15,6 +15,8 @@ planner client, the reader agents' link) connects through :class:`Coordinators`.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import logging
 import queue
@@ -431,8 +433,8 @@ _END = object()
 
 class _Exchange:
     """One bidirectional call kept open on a channel: one request at a time
-    (``busy``), each answered in turn. Its answers are read by a thread of
-    its own, so that the caller can stop waiting after a timeout."""
+    (``busy``), each answered in turn, read by the caller's thread; a
+    process-wide :class:`_Watchdog` cancels the call when an answer is late."""
 
     def __init__(
         self,
@@ -442,51 +444,97 @@ class _Exchange:
         metadata: tuple[tuple[str, str], ...],
     ) -> None:
         self.busy = threading.Lock()
-        #: The stream is over (its error, if any, is the next answer).
-        self.ended = False
         self._method = method
+        self._late = False
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._answers: queue.SimpleQueue[Any] = queue.SimpleQueue()
         open_call = channel.stream_stream(
             method,
             request_serializer=_serialize,
             response_deserializer=response_type.FromString,
         )
         self._call: Any = open_call(iter(self._requests.get, _END), metadata=metadata)
-        threading.Thread(
-            target=self._read, name=f"multikafka-exchange{method}", daemon=True
-        ).start()
 
-    def _read(self) -> None:
-        try:
-            for answer in self._call:
-                self._answers.put(answer)
-            self._answers.put(
-                _StreamError(grpc.StatusCode.UNAVAILABLE, f"{self._method}: the stream ended")
-            )
-        except grpc.RpcError as exc:
-            self._answers.put(exc)
-        finally:
-            self.ended = True
+    @property
+    def ended(self) -> bool:
+        """The stream is over (a replica or a proxy ended it)."""
+        return bool(self._call.done())
 
     def ask(self, request: Any, timeout_s: float) -> Any:
         """The answer to ``request``; raises the stream's error (it is then
         over), or ``DEADLINE_EXCEEDED`` after ``timeout_s``."""
         self._requests.put(request)
+        watched = _WATCHDOG.watch(time.monotonic() + timeout_s, self)
         try:
-            answer = self._answers.get(timeout=timeout_s)
-        except queue.Empty:
+            return next(self._call)
+        except StopIteration:
             raise _StreamError(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"{self._method}: no answer within {timeout_s:g} s",
+                grpc.StatusCode.UNAVAILABLE, f"{self._method}: the stream ended"
             ) from None
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
+        except grpc.RpcError:
+            if self._late:
+                raise _StreamError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"{self._method}: no answer within {timeout_s:g} s",
+                ) from None
+            raise
+        finally:
+            watched[3] = False
+
+    def expire(self) -> None:
+        """The answer is late: end the call (:meth:`ask` raises)."""
+        self._late = True
+        self._call.cancel()
 
     def close(self) -> None:
         self._requests.put(_END)
         self._call.cancel()
+
+
+class _Watchdog:
+    """Ends kept streams whose answer is late: one thread for all of them,
+    asleep until the earliest deadline (answers that came in time are
+    dropped from its heap when they reach the top)."""
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        #: [deadline, sequence, exchange, still waiting]
+        self._heap: list[list[Any]] = []
+        self._sequence = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, deadline: float, exchange: _Exchange) -> list[Any]:
+        """Watch ``exchange`` until ``deadline``; set the returned entry's
+        last item False once answered."""
+        entry = [deadline, next(self._sequence), exchange, True]
+        with self._wake:
+            heapq.heappush(self._heap, entry)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="multikafka-exchange-watchdog", daemon=True
+                )
+                self._thread.start()
+            if self._heap[0] is entry:
+                self._wake.notify()
+        return entry
+
+    def _run(self) -> None:
+        with self._wake:
+            while True:
+                while self._heap and not self._heap[0][3]:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._wake.wait()
+                    continue
+                delay = self._heap[0][0] - time.monotonic()
+                if delay > 0:
+                    self._wake.wait(delay)
+                    continue
+                entry = heapq.heappop(self._heap)
+                if entry[3]:
+                    entry[2].expire()
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _serialize(message: Any) -> bytes:
