@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from multikafka.coordinator.api.rpc import ParseInterceptor, answer_each, unary
+from multikafka.coordinator.api.rpc import ParseInterceptor, unary
 from multikafka.core.exceptions import NotLeaderError, UnavailableError, ValidationError
 from multikafka.core.planner_client import LATEST_OFFSETS_STREAM, PlannerClient
 from multikafka.core.transport import ConnectConfig, Coordinators
@@ -35,6 +35,7 @@ class Replica(planner_pb2_grpc.PlannerServicer):
         self.leader = ""  # "": this one leads
         self.hold: asyncio.Event | None = None
 
+    @unary
     async def _answer(
         self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
     ) -> planner_pb2.LatestOffsetsResponse:
@@ -50,7 +51,6 @@ class Replica(planner_pb2_grpc.PlannerServicer):
         end.end.offsets[:] = [o + 1 for o in request.start.offsets]
         return end
 
-    @unary
     async def LatestOffsets(
         self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
     ) -> planner_pb2.LatestOffsetsResponse:
@@ -61,8 +61,8 @@ class Replica(planner_pb2_grpc.PlannerServicer):
         self, request_iterator: AsyncIterator[planner_pb2.LatestOffsetsRequest], context: Ctx
     ) -> AsyncIterator[planner_pb2.LatestOffsetsResponse]:
         self.streams += 1
-        async for response in answer_each(self._answer, request_iterator, context, "LatestOffsets"):
-            yield response
+        async for request in request_iterator:
+            yield await self._answer(request, context)
 
 
 class OlderReplica(Replica):
@@ -71,10 +71,10 @@ class OlderReplica(Replica):
     LatestOffsetsStream = planner_pb2_grpc.PlannerServicer.LatestOffsetsStream  # type: ignore[assignment]
 
 
-async def _serve(replica: Replica) -> tuple[grpc.aio.Server, str]:
+async def _serve(replica: Replica, address: str = "127.0.0.1:0") -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server(interceptors=[ParseInterceptor("/multikafka.v1.")])
     planner_pb2_grpc.add_PlannerServicer_to_server(replica, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(address)
     await server.start()
     return server, f"127.0.0.1:{port}"
 
@@ -230,10 +230,7 @@ async def test_a_stream_that_broke_while_idle_does_not_fail_the_next_request(
     assert await asyncio.to_thread(_latest, client, "q", {"a/t/0": 1}) == {"a/t/0": 2}
     await server.stop(0.2)  # as the coordinator stops: in-flight calls get a grace
     again = Replica()
-    server = grpc.aio.server(interceptors=[ParseInterceptor("/multikafka.v1.")])
-    planner_pb2_grpc.add_PlannerServicer_to_server(again, server)
-    server.add_insecure_port(address)
-    await server.start()
+    server, _ = await _serve(again, address)
     try:
         assert await asyncio.to_thread(_latest, client, "q", {"a/t/0": 2}) == {"a/t/0": 3}
         assert (first.streams, again.streams, again.requests) == (1, 1, 1)
@@ -249,8 +246,8 @@ class ClosedAfterEachAnswer(Replica):
         self, request_iterator: AsyncIterator[planner_pb2.LatestOffsetsRequest], context: Ctx
     ) -> AsyncIterator[planner_pb2.LatestOffsetsResponse]:
         self.streams += 1
-        async for response in answer_each(self._answer, request_iterator, context, "LatestOffsets"):
-            yield response
+        async for request in request_iterator:
+            yield await self._answer(request, context)
             await context.abort(grpc.StatusCode.CANCELLED, "closed while idle")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from multikafka.coordinator.api.rpc import answer_each, unary
+from multikafka.coordinator.api.rpc import unary
 from multikafka.coordinator.api.vectors import RecentVectors
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.state.metadata import MetadataStore
@@ -58,7 +58,8 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             offsets=ov.to_columns(offsets), generation=view.generation
         )
 
-    async def _latest_offsets(
+    @unary
+    async def LatestOffsets(
         self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
     ) -> planner_pb2.LatestOffsetsResponse:
         batches = self._batches()
@@ -94,21 +95,15 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             )
         return response
 
-    @unary
-    async def LatestOffsets(
-        self, request: planner_pb2.LatestOffsetsRequest, context: Ctx
-    ) -> planner_pb2.LatestOffsetsResponse:
-        return await self._latest_offsets(request, context)
-
     async def LatestOffsetsStream(
         self, request_iterator: AsyncIterator[planner_pb2.LatestOffsetsRequest], context: Ctx
     ) -> AsyncIterator[planner_pb2.LatestOffsetsResponse]:
         """LatestOffsets over a stream a query keeps open: a call's own cost
-        (its set-up, metadata and status) once per stream."""
-        async for response in answer_each(
-            self._latest_offsets, request_iterator, context, "LatestOffsets"
-        ):
-            yield response
+        (its set-up, metadata and status) once per stream. Each request is
+        answered as LatestOffsets answers it; its first refusal ends the
+        stream with that status."""
+        async for request in request_iterator:
+            yield await self.LatestOffsets(request, context)
 
     @unary
     async def PlanPartitions(

@@ -213,22 +213,3 @@ def streaming(
             await _abort(context, exc, fn.__name__)
 
     return wrapper
-
-
-async def answer_each(
-    fn: Callable[[Req, Ctx], Awaitable[Resp]],
-    requests: AsyncIterator[Req],
-    context: Ctx,
-    method: str,
-) -> AsyncIterator[Resp]:
-    """A bidirectional method's answers: each request of its stream, in
-    order, answered as ``fn`` answers it as the unary ``method``; the first
-    error ends the stream with the status :func:`unary` gives it."""
-    async for request in requests:
-        try:
-            response = await fn(request, context)
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:
-            await _abort(context, exc, method)
-        yield response
