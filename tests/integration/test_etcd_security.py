@@ -87,6 +87,9 @@ def test_the_coordinator_works_over_tls_with_a_password(
         ),
         etcd_prefix=f"/secure-{uid('p')}",
         listen="127.0.0.1:0",
+        # The subject is TLS and the password, not lease timing: a long lease
+        # keeps a new etcd slow to fsync its first writes from deposing it.
+        lease_ttl_s=30.0,
     )
     assert PASSWORD not in repr(config)
     thread = CoordinatorThread(config).start()

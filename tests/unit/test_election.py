@@ -634,6 +634,26 @@ async def test_campaign_validity_counts_from_before_the_lease_grant(
     )
 
 
+async def test_a_campaign_slower_than_a_renewal_interval_is_logged(
+    replicas: MakeNode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An election etcd answered slowly (a disk slow to fsync) leaves the new
+    term little or no validity: the operator is told why it may end at once.
+    A prompt one says nothing."""
+    etcd = InstrumentedEtcd()
+    a = replicas(etcd, "a")
+    with caplog.at_level("WARNING", logger="multikafka.coordinator.runtime.election"):
+        assert await a.election._campaign()
+    assert "etcd took" not in caplog.text
+    slow = InstrumentedEtcd()
+    b = replicas(slow, "b")
+    slow.after_grant = lambda: b.clock.advance(TTL * 0.8)
+    with caplog.at_level("WARNING", logger="multikafka.coordinator.runtime.election"):
+        assert await b.election._campaign()
+    assert not b.election.is_leader  # the term lapsed before it began
+    assert "etcd took 2.4 s to elect this replica: leadership lasts 2.0 s" in caplog.text
+
+
 async def test_resign_frees_the_key_even_when_on_deposed_raises(replicas: MakeNode) -> None:
     """Resign frees the lease even when ``on_deposed`` fails, so a standby
     does not wait for it to expire. (A bug this file found: ``_let_go`` ran

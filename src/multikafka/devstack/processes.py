@@ -324,8 +324,13 @@ class CoordinatorThread:
         self._thread.start()
         coordinator = self.coordinator = Coordinator(self.config)
         self.call(coordinator.start(), timeout_s)
+        # A replica names itself leader as soon as its key is created, even
+        # when etcd took so long that the term has already lapsed: only a
+        # term still valid, or another replica, counts.
         poll(
-            lambda: coordinator.is_leader or coordinator.leader_address,
+            lambda: (
+                coordinator.is_leader or coordinator.leader_address not in ("", coordinator.address)
+            ),
             timeout_s=timeout_s,
             what=f"a leader elected for coordinator {coordinator.address}",
         )

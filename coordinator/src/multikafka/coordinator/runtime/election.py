@@ -179,6 +179,16 @@ class Election:
             self._lease, self._revision = lease, kv.create_revision
             self._valid_until = started + self._ttl_s * 2 / 3
             self.leader = self.me
+            took = self._clock() - started
+            if took > self._loop_s:
+                logger.warning(
+                    "etcd took %.1f s to elect this replica: leadership lasts %.1f s "
+                    "from the lease grant (2/3 of the lease TTL), so a slow etcd can "
+                    "depose it before its first renewal; check etcd's latency (disk "
+                    "fsync) or raise the lease TTL",
+                    took,
+                    self._ttl_s * 2 / 3,
+                )
             return True
         await self._etcd.revoke_lease(lease)
         holder = Replica.from_json(kv.value) if kv is not None else None
