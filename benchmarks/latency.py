@@ -10,7 +10,9 @@ micro-batch starts when the previous one ends) writing through
 ``foreachBatch``. Each record's latency is the wall time at which the batch
 function has it minus its producer timestamp (one machine, one clock).
 
-Three readers of the same feed run in each round, one after the other:
+Three readers run in each round, one after the other, each reader of the
+brokers on a fresh pair of them fed at the same rate (tansu slows down as its
+partitions fill with single-record batches):
 
 * ``consumer`` (baseline): a plain confluent-kafka consumer in this process,
   same fetch settings: what the brokers and the client give;
@@ -23,20 +25,26 @@ Three readers of the same feed run in each round, one after the other:
 Reported per reader: latency p50/p99/max, micro-batch duration median and max
 (and max / median), Spark's per-phase durations, and multikafka's own part of
 a micro-batch: ``latestOffset`` (one RPC) plus the micro-batch time above the
-``python`` baseline's (planning RPC, task start, first fetch, reading).
-Medians with [min - max] over the rounds. Writes
+``python`` baseline's (planning RPC, task start, first fetch, reading);
+and the lookup floor: what the brokers take to answer the high watermarks of
+both clusters at once, measured from a process of its own while the query
+runs (:class:`LookupFloor`), which any Kafka source pays per micro-batch;
+``added_net_ms`` is the time added net of it. Medians with [min - max] over
+the rounds. Writes
 ``benchmarks/out/latency.json`` and a histogram, ``<out>/img/latency.png``.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +111,54 @@ class Feed(threading.Thread):
         self.join(10)
         for producer in self._producers:
             producer.flush(10)
+
+
+class LookupFloor:
+    """What asking the brokers for the high watermarks costs now: every
+    ``interval_s``, one ``ListOffsets`` (latest) of every partition per
+    cluster, both clusters at once, through confluent-kafka's AdminClient as
+    the coordinator asks, from a process of its own (as the coordinator is:
+    in this busy one the answers would wait for the GIL). Any Kafka source
+    asks this on each trigger (Spark's own does too). On tansu it grows with
+    the produce batches a partition holds (it goes through them: 0.6 ms at
+    50 batches, 9 ms at 10,000), so it is measured while the query runs
+    (after its warm-up), on the same brokers."""
+
+    def __init__(self, bootstraps: list[str], delay_s: float, interval_s: float = 0.1) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(
+            target=_lookups, args=(bootstraps, delay_s, interval_s, child), daemon=True
+        )
+        self.ms: list[float] = []
+
+    def start(self) -> None:
+        self._process.start()
+
+    def stop(self) -> None:
+        self._conn.send("stop")
+        if self._conn.poll(10):
+            self.ms = self._conn.recv()
+        self._process.join(10)
+
+
+def _lookups(bootstraps: list[str], delay_s: float, interval_s: float, conn: Connection) -> None:
+    from confluent_kafka.admin import AdminClient as KafkaAdmin
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+    admins = [KafkaAdmin({"bootstrap.servers": bs}) for bs in bootstraps]
+    latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+    request = {TopicPartition(TOPIC, p): latest for p in range(PARTITIONS)}
+    ms: list[float] = []
+    if not conn.poll(delay_s):
+        while not conn.poll(interval_s):
+            t0 = time.perf_counter()
+            answers = [a.list_offsets(request, request_timeout=5) for a in admins]
+            for answer in answers:
+                for future in answer.values():
+                    future.result()
+            ms.append((time.perf_counter() - t0) * 1000)
+    conn.send(ms)
 
 
 class ClockReader:
@@ -279,43 +335,60 @@ def latency_stack() -> Iterator[tuple[LocalStack, str]]:
             coordinator.stop()
 
 
-def one_round(
-    spark: Any, stack: LocalStack, address: str, rate: int, seconds: float, i: int
-) -> dict[str, Any]:
-    warmup_s = 5.0
+@contextmanager
+def fed(stack: LocalStack, rate: int) -> Iterator[Feed]:
     feed = Feed([stack.clusters[n].bootstrap for n in CLUSTERS], rate)
     feed.start()
     try:
-        consumer = consumer_baseline(stack, seconds, warmup_s=1.0)
-        python = run_query(
-            spark,
-            spark.readStream.format("latency_clock")
-            .option("rate", rate)
-            .option("tasks", TASKS)
-            .option("t0", time.time())
-            .load(),
-            seconds,
-            warmup_s,
-            "timestamp",
-        )
-        mk = run_query(
-            spark,
-            spark.readStream.format("multikafka")
-            .option("coordinator", address)
-            .option("stream", "latency")
-            .option("startingOffsets", "latest")
-            .option("queryId", f"latency-{i}")
-            .load(),
-            seconds,
-            warmup_s,
-            "timestamp",
-        )
+        yield feed
     finally:
         feed.stop()
+
+
+def one_round(spark: Any, rate: int, seconds: float, i: int) -> dict[str, Any]:
+    """The three readers, one after the other; each reader of the brokers on
+    fresh ones (tansu's ``ListOffsets`` and fetches slow down as partitions
+    fill with single-record batches: a reader that came later would pay
+    for the records fed while the ones before it ran)."""
+    warmup_s = 5.0
+    python = run_query(
+        spark,
+        spark.readStream.format("latency_clock")
+        .option("rate", rate)
+        .option("tasks", TASKS)
+        .option("t0", time.time())
+        .load(),
+        seconds,
+        warmup_s,
+        "timestamp",
+    )
+    with latency_stack() as (stack, _), fed(stack, rate):
+        consumer = consumer_baseline(stack, seconds, warmup_s=1.0)
+    with latency_stack() as (stack, address), fed(stack, rate):
+        lookups = LookupFloor([stack.clusters[n].bootstrap for n in CLUSTERS], warmup_s)
+        lookups.start()
+        try:
+            mk = run_query(
+                spark,
+                spark.readStream.format("multikafka")
+                .option("coordinator", address)
+                .option("stream", "latency")
+                .option("startingOffsets", "latest")
+                .option("queryId", f"latency-{i}")
+                .load(),
+                seconds,
+                warmup_s,
+                "timestamp",
+            )
+        finally:
+            lookups.stop()
     result = {"consumer": stats(consumer), "python": stats(python), "multikafka": stats(mk)}
     mk_b, py_b = result["multikafka"], result["python"]
+    mk_b["lookup_floor_ms"] = percentile(lookups.ms, 50)
     if "batch_median_ms" in mk_b and "batch_median_ms" in py_b:
         mk_b["added_ms"] = mk_b["batch_median_ms"] - py_b["batch_median_ms"]
+        # Net of what the brokers take to say where the partitions end.
+        mk_b["added_net_ms"] = mk_b["added_ms"] - mk_b["lookup_floor_ms"]
     result["hist"] = {
         "consumer": consumer.latency_ms,
         "python": python.latency_ms,
@@ -370,11 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         with progress_bar() as bar:
             task = bar.add_task("rounds", total=args.repeat, note="")
             for i in range(args.repeat):
-                # Fresh brokers every round: tansu (in-memory storage) stalled
-                # for seconds in later rounds of one stack, for every reader,
-                # the plain consumer included.
-                with latency_stack() as (stack, address):
-                    r = one_round(spark, stack, address, args.rate, args.seconds, i)
+                r = one_round(spark, args.rate, args.seconds, i)
                 rounds.append(r)
                 m = r["multikafka"]
                 bar.update(
@@ -393,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
         "batch_max_ms",
         "batch_max_over_median",
         "added_ms",
+        "lookup_floor_ms",
+        "added_net_ms",
     )
     summ = {
         name: {k: summary([r[name][k] for r in rounds if k in r[name]]) for k in keys}
