@@ -3,7 +3,8 @@ many queries plan their micro-batches at once, and how far it goes.
 
     python -m benchmarks.planner_load [--queries 1,10,100,300,1000] [--trigger 1.0]
         [--seconds 10] [--workers 8] [--nice 5] [--floor 100,1000]
-        [--watermark-max-age 0.1] [--profile] [--py-spy] [--out docs]
+        [--watermark-max-age 0.1] [--client source|wire] [--profile] [--py-spy]
+        [--out docs]
 
 Starts etcd, two tansu clusters with 5 topics x 10 partitions each (100
 splits) and a coordinator in a process of its own (the product, real Kafka
@@ -17,7 +18,10 @@ the **driver side of the Spark source itself**
 (:class:`multikafka.spark.source.MultiKafkaStreamReader`, no Spark) through
 what Spark's micro-batch loop calls once per trigger, in Spark's order:
 ``latestOffset(start, ReadAllAvailable)``, then (a new batch) ``commit`` of
-the previous batch's end and ``partitions(start, end)``. Each query triggers
+the previous batch's end and ``partitions(start, end)``. With ``--client
+wire`` each query sends the same requests on its own channel, built from the
+answers' bytes without the source (a tenth of its CPU: the source's driver
+side takes 2-4 ms a trigger, so 1,000 of them do not fit on 2 cores). Each query triggers
 every ``--trigger`` seconds (their phases spread over the interval); after
 a warm-up, a window of ``--seconds``:
 
@@ -52,6 +56,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import argparse
 import json
+import queue
 import shutil
 import subprocess
 import sys
@@ -105,7 +110,7 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     one JSON line: the wall times of triggers that started inside the
     window, and how many triggers each phase completed. ``plan["mode"]``
     ``ping``: each trigger is one gRPC health check instead (the floor of a
-    call)."""
+    call); ``wire``: the source's requests without the source (``--client``)."""
     quiet_logs()
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -153,6 +158,52 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
         triggers(i, lambda: stub.Check(request, timeout=30))
         channel.close()
 
+    def wire(i: int) -> None:
+        """The source's requests as it sends them on its stream, each built
+        from the bytes of the answer before (its start the end it was
+        answered, its commit the start before that once a batch ran, its
+        tasks asked): the driver's own work (offset documents, the plan's
+        tasks) left out, so that a thousand queries fit on this machine
+        beside the coordinator."""
+        from multikafka.core import offsets as ov
+        from multikafka.core.planner_client import PlannerClient
+        from multikafka.v1 import planner_pb2, planner_pb2_grpc
+
+        try:
+            resolver = PlannerClient(address)
+            latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
+            start = ov.to_columns(resolver.resolve(STREAM, latest)[0])
+            resolver.close()
+            channel = grpc.insecure_channel(address)
+            outbox: queue.SimpleQueue[planner_pb2.LatestOffsetsRequest | None] = queue.SimpleQueue()
+            call = planner_pb2_grpc.PlannerStub(channel).LatestOffsetsStream(iter(outbox.get, None))
+        except Exception:
+            with lock:
+                counts["errors"] += 1
+            ready.release()
+            return
+        at = {"start": start, "committed": planner_pb2.OffsetColumns()}
+        tasks = planner_pb2.TaskOptions(parallelism=2)
+
+        def trigger() -> None:
+            request = planner_pb2.LatestOffsetsRequest(
+                stream=STREAM,
+                query_id=f"load-{first + i}",
+                start=at["start"],
+                committed=at["committed"],
+                fail_on_data_loss=True,
+                tasks=tasks,
+            )
+            outbox.put(request)
+            answer = next(call)
+            at["committed"] = planner_pb2.OffsetColumns()  # sent once
+            if answer.end != at["start"]:  # a batch: Spark commits it before the next
+                at["committed"], at["start"] = at["start"], answer.end
+
+        triggers(i, trigger)
+        outbox.put(None)
+        channel.close()
+
     def one(i: int) -> None:
         options = parse_options(
             {
@@ -186,7 +237,7 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
         triggers(i, trigger)
         reader.stop()
 
-    target = ping if plan["mode"] == "ping" else one
+    target = {"ping": ping, "wire": wire}.get(plan["mode"], one)
     threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
     for t in threads:
         t.start()
@@ -446,6 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="the measured window")
     parser.add_argument("--workers", type=int, default=8, help="processes of simulated queries")
     parser.add_argument("--nice", type=int, default=5, help="niceness of the query processes")
+    parser.add_argument(
+        "--client",
+        choices=("source", "wire"),
+        default="source",
+        help="simulated queries: the Spark source's driver side, or its requests built from "
+        "the answers' bytes (light enough for 1,000 queries on 2 cores)",
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the largest N")
     parser.add_argument(
         "--py-spy", action="store_true", help="py-spy the coordinator at the largest N"
@@ -473,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             "splits": len(CLUSTERS) * TOPICS * PARTITIONS,
             "records_per_s": RATE,
             "watermark_max_age_s": args.watermark_max_age,
+            "client": args.client,
         },
         "runs": [],
         "floor": [],
@@ -502,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.profile and n == counts[-1]:
                     child.ask("profile-start")
                 spy = work / "spy.txt" if args.py_spy and n == counts[-1] else None
-                result["runs"].append(run_load(child, n, args, work, idle, spy_to=spy))
+                result["runs"].append(run_load(child, n, args, work, idle, args.client, spy_to=spy))
                 if spy is not None and spy.exists():
                     result["py_spy"] = spy_top(spy, 25)
                 if args.profile and n == counts[-1]:
