@@ -98,6 +98,16 @@ def test_parallelism_splits_one_range() -> None:
     assert tasks == [[R("a", 0, 50_000)], [R("a", 50_000, 100_000)]]
 
 
+def test_a_large_batch_is_as_many_tasks_as_spark_runs_at_once_by_default() -> None:
+    """No records-per-task limit unless a query sets one, as in Spark's Kafka
+    source: a batch of 1,000,000 records over 8 splits on 2 cores is 2 tasks
+    (a limit of 100,000 made it 16, in 8 waves of Python tasks)."""
+    ranges = [R(c, 0, 125_000) for c in "abcdefgh"]
+    tasks = plan_tasks(ranges, parallelism=2)
+    assert [load(t) for t in tasks] == [500_000, 500_000]
+    assert len(plan_tasks(ranges, parallelism=2, max_records=100_000)) == 16
+
+
 def test_the_larger_of_parallelism_and_min_partitions_counts() -> None:
     assert len(plan_tasks([R("a", 0, 100)], parallelism=3, min_partitions=5)) == 5
     assert len(plan_tasks([R("a", 0, 100)], parallelism=6, min_partitions=5)) == 6

@@ -484,7 +484,14 @@ class RecordingPlanner:
             spark({"minPartitions": "4", "maxRecordsPerPartition": "500"}),
             {"min_partitions": 4, "max_records_per_partition": 500, "parallelism": 1},
         ),
-        (reader({}), {"min_partitions": 1, "max_records_per_partition": 100_000, "parallelism": 1}),
+        (
+            reader({}),
+            {
+                "min_partitions": 1,
+                "max_records_per_partition": 2**62,  # no limit
+                "parallelism": 1,
+            },
+        ),
     ],
     ids=["spark", "reader"],
 )

@@ -63,7 +63,7 @@ def test_streaming_defaults() -> None:
     assert o.fail_on_data_loss is True
     assert o.include_headers is False
     assert o.min_partitions == 1
-    assert o.max_records_per_partition == 100_000
+    assert o.max_records_per_partition == 2**62  # no limit, as in Spark's Kafka source
     assert o.query_id == ""
     assert o.commit_group_id == ""
     assert o.coordinator_timeout_s == 60.0

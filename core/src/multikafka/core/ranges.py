@@ -41,8 +41,13 @@ class SplitRange(NamedTuple):
 
 
 #: Records a task reads at most unless a query says otherwise (Spark's
-#: ``maxRecordsPerPartition``): the planner's default and the options'.
-DEFAULT_MAX_RECORDS_PER_TASK = 100_000
+#: ``maxRecordsPerPartition``): the planner's default and the options'. No
+#: limit, as Spark's Kafka source has none: a micro-batch gets as many tasks
+#: as Spark runs at once, however large. A limit of 100,000 made a batch of
+#: 1,000,000 records 16 tasks on 2 cores: 1.8x slower, with 1.7x the
+#: workers' CPU per record (docs/benchmarks.md, Small micro-batches). A task
+#: hands its records to Spark as it reads them, so its size bounds no memory.
+DEFAULT_MAX_RECORDS_PER_TASK = 2**62
 
 #: The tasks of a plan: each a tuple of the ranges it reads.
 Tasks = list[tuple[SplitRange, ...]]
