@@ -478,7 +478,7 @@ class _Exchange:
                 ) from None
             raise
         finally:
-            watched[3] = False
+            watched.waiting = False
 
     def expire(self) -> None:
         """The answer is late: end the call (:meth:`ask` raises)."""
@@ -490,6 +490,17 @@ class _Exchange:
         self._call.cancel()
 
 
+@dataclass(order=True)
+class _Watch:
+    """One answer awaited by :class:`_Watchdog`, ordered by its deadline."""
+
+    deadline: float
+    sequence: int
+    exchange: _Exchange = field(compare=False)
+    #: Cleared once the answer came (the entry is dropped when it reaches the top).
+    waiting: bool = field(default=True, compare=False)
+
+
 class _Watchdog:
     """Ends kept streams whose answer is late: one thread for all of them,
     asleep until the earliest deadline (answers that came in time are
@@ -497,15 +508,14 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self._wake = threading.Condition()
-        #: [deadline, sequence, exchange, still waiting]
-        self._heap: list[list[Any]] = []
+        self._heap: list[_Watch] = []
         self._sequence = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def watch(self, deadline: float, exchange: _Exchange) -> list[Any]:
-        """Watch ``exchange`` until ``deadline``; set the returned entry's
-        last item False once answered."""
-        entry = [deadline, next(self._sequence), exchange, True]
+    def watch(self, deadline: float, exchange: _Exchange) -> _Watch:
+        """Watch ``exchange`` until ``deadline``; clear the returned
+        entry's ``waiting`` once answered."""
+        entry = _Watch(deadline, next(self._sequence), exchange)
         with self._wake:
             heapq.heappush(self._heap, entry)
             if self._thread is None:
@@ -520,18 +530,18 @@ class _Watchdog:
     def _run(self) -> None:
         with self._wake:
             while True:
-                while self._heap and not self._heap[0][3]:
+                while self._heap and not self._heap[0].waiting:
                     heapq.heappop(self._heap)
                 if not self._heap:
                     self._wake.wait()
                     continue
-                delay = self._heap[0][0] - time.monotonic()
+                delay = self._heap[0].deadline - time.monotonic()
                 if delay > 0:
                     self._wake.wait(delay)
                     continue
                 entry = heapq.heappop(self._heap)
-                if entry[3]:
-                    entry[2].expire()
+                if entry.waiting:
+                    entry.exchange.expire()
 
 
 _WATCHDOG = _Watchdog()
