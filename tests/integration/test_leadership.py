@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
 from multikafka.v1 import admin_pb2, admin_pb2_grpc, planner_pb2
-from tests.conftest import KafkaClusters
+from tests.conftest import KafkaClusters, coordinator_config
 from tests.helpers import (
     eventually,
     one_line,
@@ -99,6 +100,46 @@ def test_metrics_and_health_say_who_leads(
     assert health(leader.address, "multikafka.leader") == serving
     assert health(standby.address, "multikafka.leader") == not_serving
     assert health(standby.address, "multikafka.v1.Planner") == serving  # it answers: go there
+
+
+def test_a_replica_whose_duties_are_still_loading_is_not_yet_the_leader(
+    etcd_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Elected but its term's state still loading from etcd: it is not yet
+    the leader (what ``/leader`` and the leader health check say), and
+    ``start()`` waits for the duties, so a term that etcd fails under while
+    it loads never passes for a leader (seen in CI: a test restarted etcd
+    then, and the replica stepped down)."""
+    from multikafka.coordinator.runtime.leader import LeaderDuties
+
+    release = threading.Event()
+    load = LeaderDuties.load
+
+    async def slow_load(self: LeaderDuties) -> None:
+        await asyncio.to_thread(release.wait, 60)
+        await load(self)
+
+    monkeypatch.setattr(LeaderDuties, "load", slow_load)
+    thread = CoordinatorThread(coordinator_config(etcd_url, etcd_prefix=f"/lead-{uid('p')}"))
+    started = threading.Thread(target=thread.start, daemon=True)
+    started.start()
+    try:
+        eventually(lambda: thread.coordinator is not None and thread.coordinator.election)
+        coordinator = thread.coordinator
+        assert coordinator is not None
+        election = coordinator.election
+        assert election is not None
+        eventually(lambda: election.is_leader)  # elected: the duties are loading
+        assert not coordinator.is_leader
+        assert started.is_alive()  # start() still waits
+        release.set()
+        started.join(30)
+        assert not started.is_alive()
+        assert coordinator.is_leader
+    finally:
+        release.set()
+        started.join(30)
+        thread.stop()
 
 
 def test_a_standby_serves_reads_and_names_the_leader_for_the_rest(

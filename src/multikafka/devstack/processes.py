@@ -324,9 +324,9 @@ class CoordinatorThread:
         self._thread.start()
         coordinator = self.coordinator = Coordinator(self.config)
         self.call(coordinator.start(), timeout_s)
-        # A replica names itself leader as soon as its key is created, even
-        # when etcd took so long that the term has already lapsed: only a
-        # term still valid, or another replica, counts.
+        # This replica counts once its term is valid and its duties have
+        # started (etcd can fail under a term still loading, or take so long
+        # that the term lapsed); another replica counts once it is named.
         poll(
             lambda: (
                 coordinator.is_leader or coordinator.leader_address not in ("", coordinator.address)

@@ -112,6 +112,8 @@ class LeaderDuties:
         self.operations = StreamOperations(
             store, self.lifecycle, self.history, self.marks, self.registry, self.reports
         )
+        #: Set once :meth:`start` has loaded the term's state and started its work.
+        self.started = False
 
     async def load(self) -> None:
         """Read the leader's state from etcd and take the streams as they are."""
@@ -135,6 +137,7 @@ class LeaderDuties:
     async def start(self) -> None:
         await self.load()
         await self.run()
+        self.started = True
 
     async def stop(self) -> None:
         """Stop everything of this term (writes still pending are tried once;

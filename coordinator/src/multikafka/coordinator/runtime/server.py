@@ -101,7 +101,15 @@ class Coordinator:
 
     @property
     def is_leader(self) -> bool:
-        return self.election is not None and self.election.is_leader and self.duties is not None
+        """Elected, its term valid, and the term's duties started (a replica
+        whose duties are still loading, or failed to, is not yet the leader)."""
+        duties = self.duties
+        return (
+            self.election is not None
+            and self.election.is_leader
+            and duties is not None
+            and duties.started
+        )
 
     @property
     def leader_address(self) -> str:
