@@ -5,10 +5,11 @@ with the Python converter and once with the compiled one
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from multikafka import DataLossError
 from multikafka.core import env
@@ -126,3 +127,57 @@ def test_consumed_messages_convert_alike_with_every_converter(kafka: KafkaCluste
         got = arrow.convert(msgs, include_headers=True, converter=name)
         assert arrow.record_batch(got, "a", include_headers=True).equals(want), name
         assert got.last_per_partition(got.partitions()) == last
+
+
+def _commit_transactions(bootstrap: str, topic: str, sizes: list[int]) -> list[int]:
+    """Write one committed transaction per size to partition 0; returns the
+    records' offsets (each transaction's commit marker takes an offset too)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": uid("tx")})
+    producer.init_transactions(15)
+    offsets: list[int] = []
+    for n in sizes:
+        producer.begin_transaction()
+        for i in range(n):
+            producer.produce(
+                topic,
+                key=f"k{i}".encode(),
+                partition=0,
+                on_delivery=lambda err, msg: offsets.append(msg.offset()),
+            )
+        producer.commit_transaction(15)
+    return sorted(offsets)
+
+
+def test_ranges_of_a_transactional_topic_end_at_their_markers(kafka: KafkaClusters) -> None:
+    """A range ending with a transaction's commit marker (a control record,
+    never handed out) is done when the consumer passes it: the read neither
+    waits for records that do not exist nor takes the marker for a stall.
+    The poll timeout is a minute, and a read that waited for the marker's
+    offset as a record (as it did) takes at least that."""
+    (a,) = kafka.shared(1)
+    topic = uid("tx")
+    create_topics(a.bootstrap, {topic: 1})
+    offsets = _commit_transactions(a.bootstrap, topic, [5, 5, 5])
+    end = offsets[-1] + 2  # the last marker's offset + 1: the log's end
+    markers = sorted(set(range(end)) - set(offsets))
+    assert markers == [offsets[4] + 1, offsets[9] + 1, end - 1]  # one per transaction
+    reader = KafkaRangeReader(
+        Connection("a", a.bootstrap, Properties(TANSU_PROPERTIES)),
+        poll_timeout_s=60.0,
+        stall_check_s=120.0,
+    )
+    try:
+        for start, until in [(0, markers[0] + 1), (markers[0] + 1, end), (0, end)]:
+            got: list[list[int]] = []
+
+            def read_range(s: int = start, u: int = until, into: list[list[int]] = got) -> None:
+                rows, _ = _read(reader, [SplitRange("a", topic, 0, s, u)])
+                into.append([o for _, o, _ in rows])
+
+            read = threading.Thread(target=read_range, daemon=True)
+            read.start()
+            read.join(20)
+            assert not read.is_alive(), f"the read of [{start}, {until}) did not end"
+            assert got == [[o for o in offsets if start <= o < until]]
+    finally:
+        reader.close()

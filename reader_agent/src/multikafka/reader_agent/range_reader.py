@@ -127,7 +127,13 @@ class KafkaRangeReader:
         idle_reads: int = 8,
     ) -> None:
         self.connection = connection
-        config = client_config(connection, {**READER_DEFAULTS, "client.id": client_id})
+        # The end of a partition's log is an event: a range that ends with
+        # transaction markers is done when the consumer gets there, though
+        # no record says so (:meth:`_advance`).
+        config = client_config(
+            connection,
+            {**READER_DEFAULTS, "client.id": client_id, "enable.partition.eof": "true"},
+        )
         config.setdefault("group.id", READER_GROUP_ID)
         #: librdkafka's lines, handed over by consume() (a reader that is not
         #: reading keeps them queued until it reads again or closes).
@@ -187,7 +193,6 @@ class KafkaRangeReader:
         pending = {(r.topic, r.partition): r for r in todo if nxt[(r.topic, r.partition)] < r.until}
         ends = {(r.topic, r.partition): r.until for r in todo}
         self._hold = {(r.topic, r.partition): self._hold_for(r) for r in todo}
-        consumer = self._consumer
         try:
             self._position_for(pending, nxt)
             for held in ready:
@@ -197,9 +202,7 @@ class KafkaRangeReader:
             while pending:
                 left = sum(r.until - nxt[k] for k, r in pending.items())
                 with _collector_paused():
-                    msgs = consumer.consume(
-                        max(1, min(self._batch_size, left)), timeout=self._poll_timeout_s
-                    )
+                    msgs = self._take(max(1, min(self._batch_size, left)))
                     good = (
                         self._drop_errors(msgs, pending, outcome, fail_on_data_loss) if msgs else []
                     )
@@ -212,6 +215,12 @@ class KafkaRangeReader:
                 if cols is not None:
                     last_progress = time.monotonic()
                     yield cols
+                    continue
+                # No record: the consumer may still have moved on, past
+                # transaction markers (control records, never handed out) at
+                # its range's end, which it signals by reaching the log's end.
+                if self._advance(pending, nxt):
+                    last_progress = time.monotonic()
                     continue
                 if should_abandon():
                     # From the first record not read: after what the read
@@ -249,7 +258,7 @@ class KafkaRangeReader:
             msgs: list[Any] = (
                 self._consumer.consume(min(room, self._batch_size), timeout=0) if room else []
             )
-            failed = {(m.topic(), m.partition()) for m in msgs if m.error() is not None}
+            failed = {(m.topic(), m.partition()) for m in msgs if _failed(m)}
             good = [m for m in msgs if m.error() is None]
             self._forget(list(failed))  # where those stand is not known
             if good:
@@ -498,6 +507,41 @@ class KafkaRangeReader:
     ) -> Columns | None:
         cols = arrow.convert(msgs, include_headers=include_headers)
         pairs, codes = cols.partitions()
+        self._advance(pending, nxt)
+        # Records past their range's end: only partitions this batch finished,
+        # or finished earlier in the read, have them (the rare path, taken
+        # about once per range). They are kept for a range that goes on there.
+        if any(tp not in pending for tp in pairs):
+            limits = np.array([ends.get(tp, -1) for tp in pairs], np.int64)
+            keep = cols.offset.to_numpy(zero_copy_only=False) < limits[codes]
+            if not keep.all():
+                self._keep_leftovers(cols.filter(~keep), ends)
+                if not keep.any():
+                    return None
+                cols, codes = cols.filter(keep), codes[keep]
+        self._account(cols, outcome, (pairs, codes))
+        return cols
+
+    def _take(self, n: int) -> list[Any]:
+        """Up to ``n`` of what the consumer has fetched, waiting (up to the
+        poll timeout) only for the first. ``consume(n, timeout)`` waits for
+        ``n``, and ``n`` counts the offsets of transaction markers, which are
+        never handed out: a range of a transactional topic waited the whole
+        timeout for records that do not exist. librdkafka queues a fetch's
+        records at once, so the batch is what one fetch brought, or more."""
+        consumer = self._consumer
+        msgs: list[Any] = consumer.consume(n, timeout=0)
+        if msgs:
+            return msgs
+        msgs = consumer.consume(1, timeout=self._poll_timeout_s)
+        if msgs and n > 1:
+            msgs += consumer.consume(n - 1, timeout=0)
+        return msgs
+
+    def _advance(self, pending: dict[Key, SplitRange], nxt: dict[Key, int]) -> list[Key]:
+        """Move each pending partition on to where the consumer stands (past
+        the records it handed out, and past transaction markers), and finish
+        those at or past their range's end; returns them."""
         keys = list(pending)
         positions = self._consumer.position([TopicPartition(t, p) for t, p in keys])
         done = []
@@ -515,19 +559,7 @@ class KafkaRangeReader:
         # for nothing. The last ones done keep fetching until the read parks.
         if pending:
             self._pause(done)
-        # Records past their range's end: only partitions this batch finished,
-        # or finished earlier in the read, have them (the rare path, taken
-        # about once per range). They are kept for a range that goes on there.
-        if any(tp not in pending for tp in pairs):
-            limits = np.array([ends.get(tp, -1) for tp in pairs], np.int64)
-            keep = cols.offset.to_numpy(zero_copy_only=False) < limits[codes]
-            if not keep.all():
-                self._keep_leftovers(cols.filter(~keep), ends)
-                if not keep.any():
-                    return None
-                cols, codes = cols.filter(keep), codes[keep]
-        self._account(cols, outcome, (pairs, codes))
-        return cols
+        return done
 
     def _pause(self, keys: Sequence[Key]) -> None:
         """Pause fetching ``keys`` (those not paused yet)."""
@@ -591,3 +623,9 @@ def _concat(a: Columns, b: Columns) -> Columns:
             for f in dataclasses.fields(Columns)
         }
     )
+
+
+def _failed(msg: Any) -> bool:
+    """Whether ``msg`` is an error (reaching a partition's end is none)."""
+    err = msg.error()
+    return err is not None and err.code() != KafkaError._PARTITION_EOF
