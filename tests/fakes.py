@@ -296,6 +296,9 @@ class FakeCluster:
     latest: dict[tuple[str, int], int] = field(default_factory=dict)
     #: (topic, partition) -> log start offset (default 0)
     earliest: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (topic, partition) -> last stable offset, where a transaction is open
+    #: (default: the end offset)
+    stable: dict[tuple[str, int], int] = field(default_factory=dict)
     #: (topic, partition) -> record time (ms) of each offset, in offset order
     times: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     down: bool = False
@@ -353,6 +356,8 @@ class FakeMetadataClient:
                 out[tp] = start
             elif query.kind == "latest":
                 out[tp] = end
+            elif query.kind == "stable":
+                out[tp] = min(c.stable.get(tp, end), end)
             else:
                 times = c.times.get(tp, [])
                 found = [i for i, ts in enumerate(times) if ts >= query.timestamp_ms]

@@ -1664,6 +1664,28 @@ def test_latest_offsets_with_negative_max_records_is_refused(
     _bounded_refusal(code, details)
 
 
+@pytest.mark.parametrize("method", ["LatestOffsets", "ResolveOffsets"])
+def test_an_unknown_isolation_level_is_refused(
+    channel: grpc.Channel, world: World, method: str
+) -> None:
+    stub = planner_pb2_grpc.PlannerStub(channel)
+    if method == "LatestOffsets":
+        request: Any = planner_pb2.LatestOffsetsRequest(
+            stream=world.stream,
+            query_id="q",
+            start=as_columns({world.split: 0}),
+            isolation_level="read_sometimes",
+        )
+    else:
+        request = planner_pb2.ResolveOffsetsRequest(
+            stream=world.stream, isolation_level="READ_COMMITTED"
+        )
+    code, details = _code(lambda: getattr(stub, method)(request, timeout=30))
+    _bounded_refusal(code, details)
+    assert "isolation_level" in details
+    assert "read_committed or read_uncommitted" in details
+
+
 @pytest.mark.parametrize(
     "cap", [{"not-a-split": 5}, {"east/t/0": -3}], ids=["bad-split", "negative"]
 )

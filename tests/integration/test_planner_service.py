@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka import Producer
 
 from multikafka import DataLossError, PreconditionError, ValidationError
 from multikafka.core.admin_client import AdminClient
@@ -312,3 +313,58 @@ def test_the_planner_speaks_columns_on_the_wire(
             planner_pb2.CommitRequest(stream=name, query_id="wire", end=latest.end), timeout=10
         )
     assert {q.query_id: dict(q.offsets) for q in admin.queries()}["wire"] == {f"a/{topic}/0": 10}
+
+
+def test_readers_of_committed_records_are_never_planned_into_an_open_transaction(
+    admin: AdminClient, kafka: KafkaClusters, planner: PlannerClient
+) -> None:
+    """A query whose readers read committed records (librdkafka's default,
+    or its kafka.isolation.level) is planned to the last stable offset: its
+    readers would wait at the first record of a transaction still open for
+    as long as it stays open. One reading uncommitted records goes to the
+    high watermark. tansu answers 0 for the last stable offset of a
+    partition with a transaction open (Kafka: the transaction's first
+    offset); the planner then finds the high watermark at the query's
+    position (no loss) and plans no range, as it would on Kafka here."""
+    (a,) = kafka.shared(1)
+    topic = uid("tx")
+    create_topics(a.bootstrap, {topic: 1})
+    producer = Producer(
+        {"bootstrap.servers": a.bootstrap, "transactional.id": uid("tx"), "batch.num.messages": 1}
+    )
+    producer.init_transactions(15)
+
+    def write(records: int) -> None:
+        producer.begin_transaction()
+        for _ in range(records):
+            producer.produce(topic, value=b"v", partition=0)
+            producer.flush()  # one record a batch: tansu's high watermark is right
+
+    write(3)
+    producer.commit_transaction(15)  # records 0-2, the commit marker at 3
+    name = uid("s")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    split = f"a/{topic}/0"
+
+    def latest(start: int, isolation_level: str = "") -> dict[str, int]:
+        return dict(
+            planner.latest(
+                name,
+                "q",
+                {split: start},
+                max_records=0,
+                cap=None,
+                fail_on_data_loss=True,
+                isolation_level=isolation_level,
+            )
+        )
+
+    eventually(lambda: latest(0) == {split: 4})
+    write(2)  # records 4 and 5, not committed yet
+    eventually(lambda: latest(4, "read_uncommitted") == {split: 6})
+    assert latest(4) == {split: 4}
+    assert latest(4, "read_committed") == {split: 4}
+    producer.commit_transaction(15)  # the marker at 6
+    eventually(lambda: latest(4) == {split: 7})
+    resolved, _ = planner.resolve(name, LATEST)
+    assert resolved == {split: 7}

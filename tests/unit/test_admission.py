@@ -126,9 +126,13 @@ class FakePlanner:
         self.asked: list[dict[str, Any]] = []
         self.initial = initial or {}
         self.resolved = 0
+        self.resolved_with: str | None = None
 
-    def resolve(self, stream: str, position: object) -> tuple[ov.SplitOffsets, list[str]]:
+    def resolve(
+        self, stream: str, position: object, *, isolation_level: str = ""
+    ) -> tuple[ov.SplitOffsets, list[str]]:
         self.resolved += 1
+        self.resolved_with = isolation_level
         return ov.as_offsets(self.initial), []
 
     def latest_offsets(
@@ -219,6 +223,19 @@ def test_a_first_start_asks_for_latest_before_initial_and_gets_one_start() -> No
     assert planner.asked[0]["start"] == v(p0=2)
     assert reader.initialOffset() == ov.to_document(v(p0=2))
     assert planner.resolved == 1  # one start, whoever asks first
+
+
+@pytest.mark.parametrize("level", ["", "read_committed", "read_uncommitted"])
+def test_the_querys_isolation_level_reaches_the_planner(level: str) -> None:
+    """kafka.isolation.level decides where the coordinator plans to (the
+    last stable offsets for readers of committed records); unset, each
+    cluster's own setting does ("")."""
+    planner = FakePlanner((v(p0=7), v(p0=7)), initial=v(p0=2))
+    options = {"kafka.isolation.level": level} if level else {}
+    reader = stream_reader(planner, Clock(), **options)
+    reader.latestOffset()
+    assert planner.asked[0]["isolation_level"] == level
+    assert planner.resolved_with == level
 
 
 def test_each_batch_starts_where_the_last_one_ended() -> None:

@@ -34,7 +34,9 @@ class AppendingAdmin:
         self.then_ms = then_ms
         self.requests: list[str] = []
 
-    def list_offsets(self, request: dict[TopicPartition, Any], request_timeout: float) -> Any:
+    def list_offsets(
+        self, request: dict[TopicPartition, Any], request_timeout: float, **kwargs: Any
+    ) -> Any:
         out = {}
         for tp, spec in request.items():
             f: Future[Info] = Future()

@@ -31,6 +31,7 @@ def snap(
     splits: Iterable[str] | None = None,
     drain: Mapping[str, int] | None = None,
     stop: Mapping[str, int] | None = None,
+    stable: Mapping[str, int] | None = None,
 ) -> ClusterSnapshot:
     return ClusterSnapshot(
         state=state,
@@ -40,6 +41,7 @@ def snap(
         latest=dict(latest),
         drain=drain,
         stop=stop,
+        stable=stable,
     )
 
 
@@ -132,6 +134,32 @@ def test_reachable_splits_advance_to_the_high_watermark() -> None:
 def test_split_at_its_high_watermark_stays() -> None:
     plan = plan_end({"east/t/0": 50}, {"east": snap({"east/t/0": 50})}, {})
     assert plan.end == {"east/t/0": 50}
+
+
+def test_readers_of_committed_records_are_planned_to_the_last_stable_offset() -> None:
+    """A transaction open at offset 30 of t/0: readers of committed records
+    stop there, so the batch does too (and reports it as available); t/1
+    has none open. Budget shares follow what can be read."""
+    clusters = {"east": snap({"east/t/0": 50, "east/t/1": 20}, stable={"east/t/0": 30})}
+    plan = plan_end({"east/t/0": 10, "east/t/1": 10}, clusters, {})
+    assert plan.end == {"east/t/0": 30, "east/t/1": 20}
+    assert plan.available == plan.end
+    assert plan.data_loss == {}
+    budgeted = plan_end({"east/t/0": 10, "east/t/1": 10}, clusters, {}, budget=15)
+    assert budgeted.end == {"east/t/0": 20, "east/t/1": 15}
+
+
+def test_a_split_past_its_last_stable_offset_waits_without_data_loss() -> None:
+    """A position inside a transaction still open (a checkpoint written by a
+    query reading uncommitted records, a translated failover position): no
+    new range, no data loss, as long as the high watermark is not below it."""
+    clusters = {"east": snap({"east/t/0": 50}, stable={"east/t/0": 30})}
+    plan = plan_end({"east/t/0": 40}, clusters, {})
+    assert plan.end == {"east/t/0": 40}
+    assert plan.data_loss == {}
+    lower = {"east": snap({"east/t/0": 35}, stable={"east/t/0": 30})}
+    with pytest.raises(DataLossError, match="went backwards from 40 to 35"):
+        plan_end({"east/t/0": 40}, lower, {})
 
 
 def test_budget_is_split_proportionally_to_backlog() -> None:

@@ -55,7 +55,7 @@ async def _get(
 ) -> dict[str, int]:
     cc = await _client(parts)
     ask, _ = cc.split_table()
-    latest, stop = await marks.get(
+    latest, stop, _ = await marks.get(
         parts.store.get("s"), cc, ask, start=start, cap=cap, budget=budget
     )
     assert stop is None
@@ -257,3 +257,33 @@ async def test_a_query_its_budget_holds_back_is_served_older_values(
         await _get(parts, zero, start, budget=1)
     assert zero.asked == 2  # an age of 0 asks on every call, budget or not
     await zero.close()
+
+
+async def test_readers_of_committed_records_get_last_stable_offsets(
+    parts: Parts, cluster: FakeCluster
+) -> None:
+    """A transaction open at offset 60 of t/0. A query reading committed
+    records is given the last stable offsets, a query reading everything the
+    high watermarks, from values of their own. One whose position is past a
+    last stable offset also gets the high watermarks (one more request, once):
+    its split waits there, no data is lost."""
+    cluster.stable[("t", 0)] = 60
+    marks = Watermarks(parts.discovery, max_age_s=60.0, clock=Clock())
+    cc = await _client(parts)
+    ask, _ = cc.split_table()
+    view = parts.store.get("s")
+    got = await marks.get(view, cc, ask, start=EMPTY, committed=True)
+    assert got.latest.to_dict() == {"a/t/0": 60, "a/t/1": 100}
+    assert got.high.to_dict() == got.latest.to_dict()  # no position past them: not asked
+    assert marks.asked == 1
+    assert await _get(parts, marks) == {"a/t/0": 100, "a/t/1": 100}
+    assert marks.asked == 2
+    inside = as_offsets({"a/t/0": 80, "a/t/1": 100})
+    got = await marks.get(view, cc, ask, start=inside, committed=True)
+    assert got.latest.to_dict() == {"a/t/0": 60, "a/t/1": 100}
+    assert got.high.to_dict() == {"a/t/0": 100, "a/t/1": 100}
+    assert marks.asked == 3
+    again = await marks.get(view, cc, ask, start=inside, committed=True)
+    assert again.high.to_dict() == {"a/t/0": 100, "a/t/1": 100}
+    assert marks.asked == 3  # served from the value that has them
+    await marks.close()

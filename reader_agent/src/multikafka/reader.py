@@ -246,7 +246,9 @@ class Reader:
             if self.options.resume_at is not None:
                 self._position = dict(self.options.resume_at)
             else:
-                resolved, _ = self._client.resolve(self.stream, self.options.starting)
+                resolved, _ = self._client.resolve(
+                    self.stream, self.options.starting, isolation_level=self.options.isolation_level
+                )
                 self._position = dict(resolved)
                 logger.info("query %s starts at %s", self.query_id, ov.to_json(resolved))
         return self._position
@@ -280,6 +282,7 @@ class Reader:
                 cap=None,
                 fail_on_data_loss=self.options.fail_on_data_loss,
                 tasks=task_options(self.options),
+                isolation_level=self.options.isolation_level,
             )
             end = dict(got.end)
             if end == start or (

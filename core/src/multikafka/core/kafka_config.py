@@ -35,6 +35,22 @@ READER_DEFAULTS = {
 ClientConfig = dict[str, str | int | float | bool]
 
 
+#: librdkafka's ``isolation.level`` values; readers use librdkafka's default.
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
+
+
+def reads_committed(properties: Mapping[str, str], override: str = "") -> bool:
+    """Whether readers of a cluster with ``properties`` read only committed
+    records: the query's ``kafka.isolation.level`` (``override``) if set, else
+    the cluster's ``isolation.level``, else librdkafka's default
+    (``read_committed``). Such readers stop at the last stable offset (the
+    first record of a transaction still open), so planning stops there too."""
+    level = override or properties.get("isolation.level", READ_COMMITTED)
+    return level != READ_UNCOMMITTED
+
+
 def client_config(connection: Connection, defaults: Mapping[str, str]) -> ClientConfig:
     """librdkafka settings for ``connection``: our defaults, then the stream's
     properties (which win), then the bootstrap servers."""

@@ -101,8 +101,15 @@ class PlannerClient:
             deadline_s=self._timeout_s,
         )
 
-    def resolve(self, stream: str, position: planner_pb2.Position) -> tuple[ov.SplitOffsets, int]:
-        req = planner_pb2.ResolveOffsetsRequest(stream=stream, position=position)
+    def resolve(
+        self, stream: str, position: planner_pb2.Position, *, isolation_level: str = ""
+    ) -> tuple[ov.SplitOffsets, int]:
+        """The offsets ``position`` names, and the metadata generation; a
+        cluster's latest offsets are its last stable ones where the readers
+        read committed records (``isolation_level``, "": each cluster's own)."""
+        req = planner_pb2.ResolveOffsetsRequest(
+            stream=stream, position=position, isolation_level=isolation_level
+        )
         resp = self._call("resolve offsets", lambda s: s.ResolveOffsets, req)
         return ov.from_columns(resp.offsets, "offsets"), resp.generation
 
@@ -115,6 +122,7 @@ class PlannerClient:
         max_records: int,
         cap: Mapping[str, int] | None,
         fail_on_data_loss: bool,
+        isolation_level: str = "",
     ) -> ov.SplitOffsets:
         """The end of the next micro-batch (:meth:`latest_offsets`' ``end``)."""
         return self.latest_offsets(
@@ -124,6 +132,7 @@ class PlannerClient:
             max_records=max_records,
             cap=cap,
             fail_on_data_loss=fail_on_data_loss,
+            isolation_level=isolation_level,
         ).end
 
     def latest_offsets(
@@ -138,13 +147,16 @@ class PlannerClient:
         tasks: TaskOptions | None = None,
         committed: Mapping[str, int] | None = None,
         group_id: str = "",
+        isolation_level: str = "",
     ) -> LatestOffsets:
         """The end of the next micro-batch from ``start`` (at most
         ``max_records`` records, 0: no limit; never past ``cap``), and what
         is available now; with ``tasks``, also the batch's tasks (as
         :meth:`plan` would answer); ``committed`` (with ``group_id``): the
         end of the last batch Spark committed, recorded first as
-        :meth:`commit` records it. One round trip."""
+        :meth:`commit` records it. A cluster whose readers read committed
+        records (``isolation_level``, "": each cluster's own) is planned to
+        its last stable offsets. One round trip."""
         req = planner_pb2.LatestOffsetsRequest(
             stream=stream,
             query_id=query_id,
@@ -154,6 +166,7 @@ class PlannerClient:
             fail_on_data_loss=fail_on_data_loss,
             committed=ov.to_columns(committed or {}),
             group_id=group_id if committed else "",
+            isolation_level=isolation_level,
         )
         if tasks is not None:
             req.tasks.CopyFrom(planner_pb2.TaskOptions(**tasks._asdict()))

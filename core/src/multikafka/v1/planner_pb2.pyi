@@ -165,7 +165,13 @@ class ResolveOffsetsRequest(_message.Message):
 
     STREAM_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
+    isolation_level: _builtins.str
+    """The readers' isolation.level ("read_committed", "read_uncommitted"; empty:
+    each cluster's own, read_committed by default): the latest offset of a
+    cluster read committed is its last stable offset.
+    """
     @_builtins.property
     def position(self) -> Global___Position: ...
     def __init__(
@@ -173,10 +179,11 @@ class ResolveOffsetsRequest(_message.Message):
         *,
         stream: _builtins.str = ...,
         position: Global___Position | None = ...,
+        isolation_level: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["position", b"position", "stream", b"stream"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "position", b"position", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -218,6 +225,7 @@ class LatestOffsetsRequest(_message.Message):
     TASKS_FIELD_NUMBER: _builtins.int
     COMMITTED_FIELD_NUMBER: _builtins.int
     GROUP_ID_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     query_id: _builtins.str
     max_records: _builtins.int
@@ -225,6 +233,11 @@ class LatestOffsetsRequest(_message.Message):
     fail_on_data_loss: _builtins.bool
     group_id: _builtins.str
     """Commit's group_id, for `committed`."""
+    isolation_level: _builtins.str
+    """The readers' isolation.level, as in ResolveOffsetsRequest: a cluster read
+    committed is planned to its last stable offset, never into a transaction
+    still open (whose records such readers wait for).
+    """
     @_builtins.property
     def start(self) -> Global___OffsetColumns:
         """Where the micro-batch starts."""
@@ -255,10 +268,11 @@ class LatestOffsetsRequest(_message.Message):
         tasks: Global___TaskOptions | None = ...,
         committed: Global___OffsetColumns | None = ...,
         group_id: _builtins.str = ...,
+        isolation_level: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "committed", b"committed", "start", b"start", "tasks", b"tasks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "committed", b"committed", "fail_on_data_loss", b"fail_on_data_loss", "group_id", b"group_id", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "stream", b"stream", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cap", b"cap", "committed", b"committed", "fail_on_data_loss", b"fail_on_data_loss", "group_id", b"group_id", "isolation_level", b"isolation_level", "max_records", b"max_records", "query_id", b"query_id", "start", b"start", "stream", b"stream", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -131,6 +131,12 @@ class ReadOptions:
     #: How the face that makes these options names their fields in errors.
     names: InitVar[Vocabulary | None] = None
 
+    @property
+    def isolation_level(self) -> str:
+        """The query's ``isolation.level`` ("": each cluster's own): the
+        coordinator plans a cluster read committed to its last stable offsets."""
+        return self.kafka.get("isolation.level", "")
+
     def __post_init__(self, names: Vocabulary | None) -> None:
         """The checks both faces share: each refusal names the field as the
         face's user wrote it."""

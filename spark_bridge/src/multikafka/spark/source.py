@@ -138,7 +138,11 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
 
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
-            offsets, _ = self.client.resolve(self.options.stream, self.options.starting)
+            offsets, _ = self.client.resolve(
+                self.options.stream,
+                self.options.starting,
+                isolation_level=self.options.isolation_level,
+            )
             logger.info("query %s starts at %s", self.query_id, offsets)
             self._initial = ov.to_document(offsets)
         if self._next_start is None:
@@ -188,6 +192,7 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
                 tasks=task_options(self.options),
                 committed=committed,
                 group_id=self.options.commit_group_id,
+                isolation_level=self.options.isolation_level,
             )
         except BaseException:
             self._commits.put_back(committed)
@@ -248,7 +253,9 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
 
     def prepareForTriggerAvailableNow(self) -> None:
         latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
-        self._target, _ = self.client.resolve(self.options.stream, latest)
+        self._target, _ = self.client.resolve(
+            self.options.stream, latest, isolation_level=self.options.isolation_level
+        )
         logger.info("query %s reads up to %s (Trigger.AvailableNow)", self.query_id, self._target)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[MultiKafkaPartition]:
@@ -282,8 +289,12 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
 
 class MultiKafkaBatchReader(_Base, DataSourceReader):
     def partitions(self) -> list[MultiKafkaPartition]:
-        start, _ = self.client.resolve(self.options.stream, self.options.starting)
-        end, _ = self.client.resolve(self.options.stream, self.options.ending)
+        start, _ = self.client.resolve(
+            self.options.stream, self.options.starting, isolation_level=self.options.isolation_level
+        )
+        end, _ = self.client.resolve(
+            self.options.stream, self.options.ending, isolation_level=self.options.isolation_level
+        )
         # A split only the end knows starts where it ends (the coordinator
         # plans nothing for it); one only the start knows is not read.
         return self._partitions(start, end)

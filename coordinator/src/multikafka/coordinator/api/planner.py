@@ -22,6 +22,7 @@ from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core import ranges
 from multikafka.core.exceptions import ValidationError
+from multikafka.core.kafka_config import ISOLATION_LEVELS
 from multikafka.core.model import Connection
 from multikafka.core.validation import validate_id, validate_name
 from multikafka.v1 import common_pb2, planner_pb2, planner_pb2_grpc
@@ -53,7 +54,8 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     ) -> planner_pb2.ResolveOffsetsResponse:
         batches = self._batches()
         view = self._stream(request.stream)
-        offsets = await batches.resolve(view, request.position)
+        isolation = _isolation(request.isolation_level)
+        offsets = await batches.resolve(view, request.position, isolation=isolation)
         return planner_pb2.ResolveOffsetsResponse(
             offsets=ov.to_columns(offsets), generation=view.generation
         )
@@ -69,6 +71,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         if request.max_records < 0:
             raise ValidationError("max_records", "must not be negative (0 means no limit)")
         cap = ov.from_columns(request.cap, "cap")
+        isolation = _isolation(request.isolation_level)
         committed = self.vectors.decode(query_id, request.committed, "committed")
         tasks = request.tasks if request.HasField("tasks") else None
         if tasks is not None:
@@ -83,6 +86,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
             max_records=request.max_records or None,
             cap=cap if len(cap) else None,
             fail_on_data_loss=request.fail_on_data_loss,
+            isolation=isolation,
         )
         response = planner_pb2.LatestOffsetsResponse(
             end=self.vectors.encode(query_id, plan.end),
@@ -177,6 +181,15 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         end = ov.from_columns(request.end, "end")
         await batches.commit(view, query_id, end, group_id=group_id)
         return planner_pb2.CommitResponse()
+
+
+def _isolation(level: str) -> str:
+    """A request's ``isolation_level``, checked ("": each cluster's own)."""
+    if level and level not in ISOLATION_LEVELS:
+        raise ValidationError(
+            "isolation_level", f"use {' or '.join(ISOLATION_LEVELS)}, or leave it empty"
+        )
+    return level
 
 
 def _check_task_options(options: planner_pb2.TaskOptions) -> None:

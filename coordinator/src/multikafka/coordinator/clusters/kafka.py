@@ -14,7 +14,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from multikafka.core.exceptions import UnavailableError
@@ -32,7 +39,10 @@ _LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call]
 
 
 class OffsetQuery(NamedTuple):
-    """Which offset to look up: ``"earliest"``, ``"latest"`` or a record time."""
+    """Which offset to look up: ``"earliest"``, ``"latest"`` (the high
+    watermark), ``"stable"`` (the last stable offset: where a consumer that
+    reads committed records stops, the first offset of the oldest transaction
+    still open; the high watermark when none is) or a record time."""
 
     kind: str
     timestamp_ms: int = 0
@@ -44,6 +54,10 @@ class OffsetQuery(NamedTuple):
     @classmethod
     def latest(cls) -> OffsetQuery:
         return cls("latest")
+
+    @classmethod
+    def stable(cls) -> OffsetQuery:
+        return cls("stable")
 
     @classmethod
     def at_time(cls, timestamp_ms: int) -> OffsetQuery:
@@ -166,6 +180,8 @@ class KafkaMetadataClient:
             return self._list_offsets(partitions, _EARLIEST, timeout_s)
         if query.kind == "latest":
             return self._list_offsets(partitions, _LATEST, timeout_s)
+        if query.kind == "stable":
+            return self._list_offsets(partitions, _LATEST, timeout_s, committed=True)
         # With no record at or after the time, the answer is the end of the
         # partition as it was *before* the time was looked up: a record
         # appended between the two requests may be at or after the time, and
@@ -183,10 +199,14 @@ class KafkaMetadataClient:
         timeout_s: float,
         *,
         by_time: bool = False,
+        committed: bool = False,
     ) -> dict[tuple[str, int], int]:
         request = {TopicPartition(t, p): spec for t, p in partitions}
+        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         try:
-            futures = self._admin.list_offsets(request, request_timeout=timeout_s)
+            futures = self._admin.list_offsets(
+                request, isolation_level=isolation, request_timeout=timeout_s
+            )
             out: dict[tuple[str, int], int] = {}
             for tp, fut in futures.items():
                 try:

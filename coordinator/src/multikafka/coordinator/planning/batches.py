@@ -98,9 +98,11 @@ class MicroBatches:
         #: What agents report their Spark runs at once (:mod:`..agents.task_slots`).
         self._slots = slots if slots is not None else TaskSlots()
 
-    async def resolve(self, view: StreamView, position: planner_pb2.Position) -> SplitOffsets:
+    async def resolve(
+        self, view: StreamView, position: planner_pb2.Position, *, isolation: str = ""
+    ) -> SplitOffsets:
         """The offsets ``position`` names (see :mod:`.resolve`)."""
-        return await resolve_position(self._discovery, view, position)
+        return await resolve_position(self._discovery, view, position, isolation=isolation)
 
     async def latest(
         self,
@@ -111,12 +113,21 @@ class MicroBatches:
         max_records: int | None,
         cap: SplitOffsets | None,
         fail_on_data_loss: bool,
+        isolation: str = "",
     ) -> EndPlan:
         """The end of the query's next micro-batch from ``start`` (at most
         ``max_records`` records; within ``cap``, Trigger.AvailableNow's
-        target), and what is available now (``EndPlan.available``)."""
+        target), and what is available now (``EndPlan.available``); its
+        readers' ``isolation`` level ("": each cluster's own)."""
         snapshots = await snapshots_of(
-            self._discovery, self._watermarks, self._metrics, view, start, cap, max_records
+            self._discovery,
+            self._watermarks,
+            self._metrics,
+            view,
+            start,
+            cap,
+            max_records,
+            isolation=isolation,
         )
         new = new_split_set(start, snapshots)
         abandoned = {}

@@ -21,10 +21,11 @@ from multikafka.coordinator.planning.planner import ClusterSnapshot
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core.exceptions import UnavailableError
+from multikafka.core.kafka_config import reads_committed
 from multikafka.core.offsets import SplitOffsets, Splits
 
 if TYPE_CHECKING:
-    from multikafka.coordinator.planning.watermarks import Watermarks
+    from multikafka.coordinator.planning.watermarks import Marks, Watermarks
 
 __all__ = ["lookup", "lookup_all", "snapshots_of"]
 
@@ -48,16 +49,28 @@ async def lookup(
 
 
 async def lookup_all(
-    discovery: Discovery, view: StreamView, splits: Splits, query: OffsetQuery
+    discovery: Discovery,
+    view: StreamView,
+    splits: Splits,
+    query: OffsetQuery,
+    *,
+    isolation: str = "",
 ) -> list[SplitOffsets]:
     """:func:`lookup` for every cluster of ``splits``, concurrently; the
-    splits of a cluster that is not set up or does not answer are left out."""
+    splits of a cluster that is not set up or does not answer are left out.
+    The latest offsets of a cluster read committed (``isolation``, else the
+    cluster's own, :func:`reads_committed`) are its last stable offsets."""
 
     async def one(cid: str) -> SplitOffsets:
         where = splits.cluster_slice(cid)
         mine = splits.select(np.arange(where.start, where.stop))
+        asked = query
+        if query.kind == "latest" and reads_committed(
+            view.spec.clusters[cid].properties, isolation
+        ):
+            asked = OffsetQuery.stable()
         try:
-            return await lookup(discovery, discovery.require(view.name, cid), mine, query)
+            return await lookup(discovery, discovery.require(view.name, cid), mine, asked)
         except UnavailableError as exc:
             logger.warning(
                 "cluster unreachable; its splits join later",
@@ -76,11 +89,13 @@ async def snapshots_of(
     start: SplitOffsets,
     cap: SplitOffsets | None = None,
     budget: int | None = None,
+    isolation: str = "",
 ) -> dict[str, ClusterSnapshot]:
     """What each cluster of the stream looks like now (high watermarks of
-    the splits it has and the ones ``start`` holds, and its stops, from
-    ``watermarks``: fresh enough for a query at ``start`` within ``cap``,
-    reading at most ``budget`` records);
+    the splits it has and the ones ``start`` holds, last stable offsets where
+    the query's readers read committed records (``isolation``, else the
+    cluster's own), and its stops, from ``watermarks``: fresh enough for a
+    query at ``start`` within ``cap``, reading at most ``budget`` records);
     whether it answered goes to the ``reachable`` gauge. Clusters the shared
     watermarks answer are done at once; the others are asked concurrently."""
 
@@ -93,11 +108,14 @@ async def snapshots_of(
         if not cc.discovered:
             return None
         known, ask = _ask(cc, start, cid, spec.topics)
-        found = watermarks.cached(view, cc, ask, start=start, cap=cap, budget=budget)
+        committed = reads_committed(spec.properties, isolation)
+        found = watermarks.cached(
+            view, cc, ask, start=start, cap=cap, budget=budget, committed=committed
+        )
         if found is None:
             return None
         metrics.reachable.labels(view.name, cid).set(1)
-        return _snapshot(view, cid, True, known, *found)
+        return _snapshot(view, cid, True, known, found, committed)
 
     async def asked(cid: str) -> tuple[str, ClusterSnapshot]:
         spec = view.spec.clusters[cid]
@@ -107,13 +125,16 @@ async def snapshots_of(
         if not cc.discovered:
             await discovery.discover(cc)
         known, ask = _ask(cc, start, cid, spec.topics)
+        committed = reads_committed(spec.properties, isolation)
         try:
-            latest, stop = await watermarks.get(view, cc, ask, start=start, cap=cap, budget=budget)
+            marks = await watermarks.get(
+                view, cc, ask, start=start, cap=cap, budget=budget, committed=committed
+            )
         except UnavailableError:
             metrics.reachable.labels(view.name, cid).set(0)
             return cid, _snapshot(view, cid, False, known)
         metrics.reachable.labels(view.name, cid).set(1)
-        return cid, _snapshot(view, cid, True, known, latest, stop)
+        return cid, _snapshot(view, cid, True, known, marks, committed)
 
     ready = {cid: now(cid) for cid in view.spec.clusters}
     later = [cid for cid, snap in ready.items() if snap is None]
@@ -144,8 +165,8 @@ def _snapshot(
     cid: str,
     reachable: bool,
     known: Splits | None = None,
-    latest: SplitOffsets | None = None,
-    stop: SplitOffsets | None = None,
+    marks: Marks | None = None,
+    committed: bool = False,
 ) -> ClusterSnapshot:
     spec = view.spec.clusters[cid]
     raw_drain = view.status.drains.get(cid)
@@ -155,7 +176,8 @@ def _snapshot(
         frozenset(spec.topics),
         reachable,
         ov.EMPTY_SPLITS if known is None else known,
-        ov.EMPTY if latest is None else latest,
+        ov.EMPTY if marks is None else marks.high,
         drain,
-        stop,
+        None if marks is None else marks.stop,
+        marks.latest if marks is not None and committed else None,
     )

@@ -4,8 +4,10 @@ Given where a query stands (its start vector) and what the clusters look like
 now (:class:`ClusterSnapshot`), :func:`plan_end` decides the end vector of the
 next micro-batch:
 
-* a split whose cluster is reachable advances towards its high watermark,
-  within its share of the read budget (shares are proportional to backlog);
+* a split whose cluster is reachable advances towards its high watermark
+  (its last stable offset when the query's readers read committed records:
+  never into a transaction still open), within its share of the read budget
+  (shares are proportional to backlog);
 * a split whose cluster is unreachable stays where it is (no new range, and
   the other clusters are not held up);
 * a DRAINING cluster's splits stop at the offsets captured when draining began
@@ -75,6 +77,9 @@ class ClusterSnapshot:
     drain: SplitOffsets | None = None
     #: Stop offsets of the cluster's stopping position (None: no stop).
     stop: SplitOffsets | None = None
+    #: Last stable offset per split when the query's readers read committed
+    #: records (None: they read up to the high watermark).
+    stable: SplitOffsets | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.splits, Splits):
@@ -85,6 +90,8 @@ class ClusterSnapshot:
             object.__setattr__(self, "drain", as_offsets(self.drain))
         if self.stop is not None:
             object.__setattr__(self, "stop", as_offsets(self.stop))
+        if self.stable is not None:
+            object.__setattr__(self, "stable", as_offsets(self.stable))
 
 
 @dataclass
@@ -184,6 +191,7 @@ def plan_end(
     retired = np.zeros(n, dtype=np.int64)  # a RETIRED code per split
     frozen = np.zeros(n, dtype=bool)  # no new range this time
     high = np.full(n, -1, dtype=np.int64)  # high watermark, -1: none
+    stable = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # last stable offset
     limit = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # drain end
     stop = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)  # stopping offset
     bounds = splits.bounds()
@@ -215,6 +223,9 @@ def plan_end(
         if snap.reachable and len(snap.latest):
             at, found = snap.latest.positions_of(splits, where)
             high[where] = np.where(found, snap.latest.offsets[at], -1)
+        if snap.reachable and snap.stable is not None and len(snap.stable):
+            at, found = snap.stable.positions_of(splits, where)
+            stable[where] = np.where(found, snap.stable.offsets[at], stable[where])
         if not snap.reachable or (draining and snap.drain is None):
             frozen[where] = True
     live = retired == 0
@@ -238,7 +249,9 @@ def plan_end(
                     )
                 plan.data_loss[s] = text
     limit = np.minimum(limit, stop)
-    reachable = np.minimum(high, limit)
+    # Readers of committed records stop at the last stable offset; a split
+    # standing past it (inside a transaction still open) waits there.
+    reachable = np.minimum(np.minimum(high, np.maximum(stable, pos)), limit)
     target = reachable
     if cap is not None:
         target = np.minimum(target, as_offsets(cap).values_at(splits, pos))

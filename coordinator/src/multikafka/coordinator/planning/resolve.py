@@ -33,11 +33,14 @@ Position = planner_pb2.Position
 
 
 async def resolve_position(
-    discovery: Discovery, view: StreamView, pos: planner_pb2.Position
+    discovery: Discovery, view: StreamView, pos: planner_pb2.Position, *, isolation: str = ""
 ) -> SplitOffsets:
     """The offsets ``pos`` names on the readable clusters of ``view``.
     Splits of a cluster that does not answer are left out: they join a query
-    later, at their cluster's starting position."""
+    later, at their cluster's starting position. The latest offset of a
+    cluster whose readers read committed records (``isolation``, else the
+    cluster's own) is its last stable offset, as a consumer reading
+    committed records sees it."""
     kind = pos.kind or Position.EARLIEST
     readable = [discovery.require(view.name, cid) for cid in view.spec.readable_clusters()]
     await asyncio.gather(*(discovery.discover(cc) for cc in readable if not cc.discovered))
@@ -86,7 +89,9 @@ async def resolve_position(
         )
     for query, mask in lookups:
         if mask.any():
-            parts.extend(await lookup_all(discovery, view, splits.select(mask), query))
+            parts.extend(
+                await lookup_all(discovery, view, splits.select(mask), query, isolation=isolation)
+            )
     out = SplitOffsets.union(parts)
     # No position lies past a cluster's stop: a batch read ending at
     # "latest" ends there, a query starting at "latest" has nothing left.

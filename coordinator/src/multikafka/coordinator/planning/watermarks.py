@@ -30,6 +30,12 @@ query waits for a broker; a lone query with triggers further apart than
 ``max_age_s`` asks the cluster on each of them, as before. Exact reads
 (``ResolveOffsets``: starting and ending positions, the AvailableNow target)
 never use the cache.
+
+A cluster read committed (its readers' ``isolation.level``, the default) is
+planned to its last stable offsets: its readers never get past the first
+record of a transaction still open. Its value holds those, and the high
+watermarks too when a query stands past one of them (a position inside a
+transaction still open is no loss of data: such a split waits).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,7 +59,7 @@ from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.offsets import SplitOffsets, Splits
 
-__all__ = ["DEFAULT_MAX_AGE_S", "Watermarks"]
+__all__ = ["DEFAULT_MAX_AGE_S", "Marks", "Watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +79,30 @@ class _Entry:
     stopping: object
     #: The splits asked.
     ask: Splits
+    #: How far readers may read: the high watermarks, or for readers of
+    #: committed records the last stable offsets.
     latest: SplitOffsets
     stop: SplitOffsets | None
     #: ``time.monotonic()`` when the request was sent.
     asked_at: float
+    #: The high watermarks when ``latest`` holds last stable offsets and a
+    #: query stood past one of them (None: ``latest`` is at or above every
+    #: position it serves).
+    high: SplitOffsets | None = None
+
+    @property
+    def end(self) -> SplitOffsets:
+        """The high watermarks, or the best lower bound of them known."""
+        return self.latest if self.high is None else self.high
+
+
+class Marks(NamedTuple):
+    """What a cluster's splits look like for planning (see :class:`_Entry`)."""
+
+    latest: SplitOffsets
+    stop: SplitOffsets | None
+    #: High watermarks (a lower bound of them), at or above the query's positions.
+    high: SplitOffsets
 
 
 class Watermarks:
@@ -91,8 +118,9 @@ class Watermarks:
         self._discovery = discovery
         self._max_age_s = max_age_s
         self._clock = clock
-        self._entries: dict[tuple[str, str], _Entry] = {}
-        self._pending: dict[tuple[str, str], asyncio.Future[_Entry]] = {}
+        #: (stream, cluster, read committed) -> the last answer.
+        self._entries: dict[_Key, _Entry] = {}
+        self._pending: dict[_Key, asyncio.Future[_Entry]] = {}
         self._tasks = BackgroundTasks("watermarks")
         #: Requests sent to clusters, and queries answered from the cache (for tests and metrics).
         self.asked = 0
@@ -107,16 +135,18 @@ class Watermarks:
         start: SplitOffsets,
         cap: SplitOffsets | None = None,
         budget: int | None = None,
-    ) -> tuple[SplitOffsets, SplitOffsets | None]:
-        """The high watermarks of ``ask`` (all of ``cc``'s cluster) and their
-        stops (None: the cluster has no stopping position), good enough for
-        a query at ``start`` (and ``cap``, with read ``budget``). Raises :class:`UnavailableError`
-        when the cluster does not answer."""
+        committed: bool = False,
+    ) -> Marks:
+        """The high watermarks of ``ask`` (all of ``cc``'s cluster; ``committed``:
+        the last stable offsets, and high watermarks at or above ``start``)
+        and their stops (None: the cluster has no stopping position), good
+        enough for a query at ``start`` (and ``cap``, with read ``budget``).
+        Raises :class:`UnavailableError` when the cluster does not answer."""
         arrived = self._clock()
-        found = self.cached(view, cc, ask, start=start, cap=cap, budget=budget)
+        found = self.cached(view, cc, ask, start=start, cap=cap, budget=budget, committed=committed)
         if found is not None:
             return found
-        key = (view.name, cc.cluster)
+        key = (view.name, cc.cluster, committed)
         stopping = view.spec.clusters[cc.cluster].stopping
         # Join the request on its way: its answer serves this query if it
         # was asked within the age before the query came, however long the
@@ -128,13 +158,13 @@ class Watermarks:
                 entry = await asyncio.shield(pending)
             except UnavailableError:
                 break
-            if entry.asked_at >= arrived or self._serves(
+            if (entry.asked_at >= arrived and _at_or_above(entry.end, ask, start)) or self._serves(
                 entry, cc, stopping, ask, start, cap, budget, now=arrived
             ):
                 self.served += 1
-                return entry.latest, entry.stop
-        entry = await self._refresh(key, view, cc, ask)
-        return entry.latest, entry.stop
+                return _marks(entry)
+        entry = await self._refresh(key, view, cc, ask, start)
+        return _marks(entry)
 
     def cached(
         self,
@@ -145,20 +175,21 @@ class Watermarks:
         start: SplitOffsets,
         cap: SplitOffsets | None = None,
         budget: int | None = None,
-    ) -> tuple[SplitOffsets, SplitOffsets | None] | None:
+        committed: bool = False,
+    ) -> Marks | None:
         """What :meth:`get` answers without waiting, or None: it would wait
         for the cluster. Past half its age, a value used here is renewed in
         the background."""
-        key = (view.name, cc.cluster)
+        key = (view.name, cc.cluster, committed)
         entry = self._entries.get(key)
         stopping = view.spec.clusters[cc.cluster].stopping
         if entry is None or not self._serves(entry, cc, stopping, ask, start, cap, budget):
             return None
         self.served += 1
         if self._clock() - entry.asked_at > self._max_age_s / 2 and key not in self._pending:
-            self._tasks.spawn("refresh", self._refresh_quietly(key, view, cc, ask))
+            self._tasks.spawn("refresh", self._refresh_quietly(key, view, cc, ask, start))
             self._pending[key] = asyncio.get_running_loop().create_future()
-        return entry.latest, entry.stop
+        return _marks(entry)
 
     def _serves(
         self,
@@ -182,7 +213,7 @@ class Watermarks:
             return False
         if entry.ask is not ask and entry.ask != ask:
             return False
-        if not _at_or_above(entry.latest, ask, start) or not (
+        if not _at_or_above(entry.end, ask, start) or not (
             cap is None or _at_or_above(entry.latest, ask, cap)
         ):
             return False
@@ -190,7 +221,7 @@ class Watermarks:
         return age <= self._max_age_s or _backlog(entry.latest, ask, start) >= (budget or 0)
 
     async def _refresh(
-        self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits
+        self, key: _Key, view: StreamView, cc: ClusterClient, ask: Splits, start: SplitOffsets
     ) -> _Entry:
         """Ask the cluster; queries arriving meanwhile wait for this answer."""
         loop = asyncio.get_running_loop()
@@ -200,7 +231,14 @@ class Watermarks:
         asked_at = self._clock()
         try:
             self.asked += 1
-            latest = await lookup(self._discovery, cc, ask, OffsetQuery.latest())
+            committed = key[2]
+            query = OffsetQuery.stable() if committed else OffsetQuery.latest()
+            latest = await lookup(self._discovery, cc, ask, query)
+            high = None
+            if committed and not _at_or_above(latest, ask, start):
+                # A position past a last stable offset: inside a transaction
+                # still open, or lost (the high watermark tells which).
+                high = await lookup(self._discovery, cc, ask, OffsetQuery.latest())
             stop = await stop_offsets(self._discovery, view, cc, ask)
         except BaseException as exc:
             self._entries.pop(key, None)
@@ -211,7 +249,9 @@ class Watermarks:
         finally:
             if self._pending.get(key) is future:
                 del self._pending[key]
-        entry = _Entry(cc, view.spec.clusters[cc.cluster].stopping, ask, latest, stop, asked_at)
+        entry = _Entry(
+            cc, view.spec.clusters[cc.cluster].stopping, ask, latest, stop, asked_at, high
+        )
         current = self._entries.get(key)
         if current is None or current.asked_at <= asked_at:
             self._entries[key] = entry
@@ -220,11 +260,11 @@ class Watermarks:
         return entry
 
     async def _refresh_quietly(
-        self, key: tuple[str, str], view: StreamView, cc: ClusterClient, ask: Splits
+        self, key: _Key, view: StreamView, cc: ClusterClient, ask: Splits, start: SplitOffsets
     ) -> None:
         # A cluster that does not answer: the next query asks again, and sees the error.
         with contextlib.suppress(UnavailableError):
-            await self._refresh(key, view, cc, ask)
+            await self._refresh(key, view, cc, ask, start)
 
     async def close(self) -> None:
         await self._tasks.stop()
@@ -232,6 +272,14 @@ class Watermarks:
             future.cancel()
         self._pending.clear()
         self._entries.clear()
+
+
+#: (stream, cluster, read committed)
+_Key = tuple[str, str, bool]
+
+
+def _marks(entry: _Entry) -> Marks:
+    return Marks(entry.latest, entry.stop, entry.end)
 
 
 def _backlog(latest: SplitOffsets, ask: Splits, start: SplitOffsets) -> int:
