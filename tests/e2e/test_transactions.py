@@ -1,0 +1,83 @@
+"""A Spark query over a topic written by a transactional producer (real
+etcd, tansu, Spark): while a transaction is open the query goes on reading
+everything else (its readers read committed records, librdkafka's default,
+and the coordinator plans them to the last stable offset), and once the
+transaction commits its records arrive, each exactly once.
+
+tansu hands out the records of aborted transactions to readers of committed
+records, so aborts are not tested here (``docs/architecture.md``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from confluent_kafka import Producer
+
+from multikafka.core.admin_client import AdminClient
+from multikafka.devstack import CoordinatorThread
+from multikafka.devstack.feed import create_topics
+from tests.conftest import KafkaClusters
+from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
+from tests.helpers import eventually, stream_doc, uid
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def test_an_open_transaction_holds_back_only_its_own_records(
+    spark: SparkSession,
+    coordinator: CoordinatorThread,
+    admin: AdminClient,
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    (a,) = kafka.shared(1)
+    topic = uid("tx")
+    create_topics(a.bootstrap, {topic: 2})
+    # One record a batch: tansu's high watermark is right only then.
+    settings = {"bootstrap.servers": a.bootstrap, "batch.num.messages": 1}
+    tx = Producer({**settings, "transactional.id": uid("tx")})
+    tx.init_transactions(15)
+    plain = Producer(settings)
+
+    def transaction(keys: list[str]) -> None:
+        tx.begin_transaction()
+        for key in keys:
+            tx.produce(topic, key=key.encode(), value=b"v", partition=0)
+            tx.flush()
+
+    def records(keys: list[str]) -> None:
+        for key in keys:
+            plain.produce(topic, key=key.encode(), value=b"v", partition=1)
+            plain.flush()
+
+    transaction(["c0", "c1", "c2"])
+    tx.commit_transaction(15)
+    records(["p0", "p1"])
+    name = uid("s")
+    admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
+    query = start_to_parquet(
+        source(spark, coordinator.address, name, startingOffsets="earliest"), tmp_path
+    )
+    try:
+        eventually(
+            lambda: sorted(sink_keys(spark, tmp_path)) == ["c0", "c1", "c2", "p0", "p1"],
+            timeout_s=60,
+        )
+        transaction(["o0", "o1"])  # open: its records wait
+        records(["p2", "p3"])
+        # Planned to the high watermark, the partition's range waited for the
+        # transaction, and with it the whole micro-batch: p2 and p3 with it.
+        eventually(lambda: {"p2", "p3"} <= set(sink_keys(spark, tmp_path)), timeout_s=60)
+        assert not {"o0", "o1"} & set(sink_keys(spark, tmp_path))
+        tx.commit_transaction(15)
+        records(["p4"])
+        want = ["c0", "c1", "c2", "o0", "o1", "p0", "p1", "p2", "p3", "p4"]
+        eventually(lambda: sorted(sink_keys(spark, tmp_path)) == want, timeout_s=60)
+        assert query.exception() is None
+    finally:
+        query.stop()
