@@ -94,6 +94,19 @@ def produce_sequence(
     return n
 
 
+def transactional_producer(bootstrap: str) -> Any:
+    """A confluent-kafka producer with transactions initialised, one record
+    a batch (tansu's high watermark is right only then) when each produce
+    is flushed."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": uid("tx"), "batch.num.messages": 1}
+    )
+    producer.init_transactions(15)
+    return producer
+
+
 def produce_mixed(bootstrap: str, topic: str, records: int = 200) -> None:
     """``records`` records into a new ``topic`` of 2 partitions, every field a
     converter reads varied: record ``i`` goes to partition ``i % 2``, its key

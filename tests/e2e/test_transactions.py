@@ -20,7 +20,7 @@ from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
-from tests.helpers import eventually, stream_doc, uid
+from tests.helpers import eventually, stream_doc, transactional_producer, uid
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,8 +40,7 @@ def test_an_open_transaction_holds_back_only_its_own_records(
     create_topics(a.bootstrap, {topic: 2})
     # One record a batch: tansu's high watermark is right only then.
     settings = {"bootstrap.servers": a.bootstrap, "batch.num.messages": 1}
-    tx = Producer({**settings, "transactional.id": uid("tx")})
-    tx.init_transactions(15)
+    tx = transactional_producer(a.bootstrap)
     plain = Producer(settings)
 
     def transaction(keys: list[str]) -> None:

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Producer
 
 from multikafka import DataLossError, PreconditionError, ValidationError
 from multikafka.core.admin_client import AdminClient
@@ -19,7 +18,14 @@ from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import SequenceProducer, create_topics, fence
 from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
+from tests.helpers import (
+    eventually,
+    produce_sequence,
+    seeded_stream,
+    stream_doc,
+    transactional_producer,
+    uid,
+)
 
 pytestmark = pytest.mark.integration
 Position = planner_pb2.Position
@@ -329,10 +335,7 @@ def test_readers_of_committed_records_are_never_planned_into_an_open_transaction
     (a,) = kafka.shared(1)
     topic = uid("tx")
     create_topics(a.bootstrap, {topic: 1})
-    producer = Producer(
-        {"bootstrap.servers": a.bootstrap, "transactional.id": uid("tx"), "batch.num.messages": 1}
-    )
-    producer.init_transactions(15)
+    producer = transactional_producer(a.bootstrap)
 
     def write(records: int) -> None:
         producer.begin_transaction()

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from multikafka import DataLossError
 from multikafka.core import env
@@ -21,7 +21,7 @@ from multikafka.devstack.stack import TANSU_PROPERTIES
 from multikafka.reader_agent import arrow
 from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
 from tests.conftest import KafkaClusters
-from tests.helpers import produce_mixed, produce_sequence, uid
+from tests.helpers import produce_mixed, produce_sequence, transactional_producer, uid
 
 pytestmark = pytest.mark.integration
 
@@ -132,8 +132,7 @@ def test_consumed_messages_convert_alike_with_every_converter(kafka: KafkaCluste
 def _commit_transactions(bootstrap: str, topic: str, sizes: list[int]) -> list[int]:
     """Write one committed transaction per size to partition 0; returns the
     records' offsets (each transaction's commit marker takes an offset too)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": uid("tx")})
-    producer.init_transactions(15)
+    producer = transactional_producer(bootstrap)
     offsets: list[int] = []
     for n in sizes:
         producer.begin_transaction()
