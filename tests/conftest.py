@@ -74,7 +74,7 @@ def etcd_url(session_dir: Path) -> Iterator[str]:
     if external:
         yield external
         return
-    server = EtcdServer(session_dir).start()
+    server = EtcdServer(session_dir, fsync=False).start()  # tests only: see EtcdServer
     try:
         yield server.url
     finally:

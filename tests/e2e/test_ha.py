@@ -270,7 +270,7 @@ def test_rolling_restart_of_every_replica_while_a_query_runs(ha: HA) -> None:
 
 
 def test_etcd_restarted_mid_query(ha: HA, tmp_path: Path) -> None:
-    etcd = EtcdServer(tmp_path, name="ha-etcd").start()
+    etcd = EtcdServer(tmp_path, name="ha-etcd", fsync=False).start()
     ha.etcd = etcd.url
     try:
         ha.start_replicas(2)
@@ -287,7 +287,7 @@ def test_etcd_restarted_mid_query(ha: HA, tmp_path: Path) -> None:
 
 
 def test_one_member_of_three_etcd_members_killed(ha: HA, tmp_path: Path) -> None:
-    members = EtcdCluster(tmp_path, 3, name="ha-etcd").start()
+    members = EtcdCluster(tmp_path, 3, name="ha-etcd", fsync=False).start()
     ha.etcd = members.urls
     try:
         # The product's default lease: a member lost may cost etcd a raft

@@ -54,6 +54,7 @@ def secure_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureEtcd
             str(certs.server.key_path),
             str(certs.client_ca.cert_path),
         ),
+        fsync=False,
     ).start()
     etcdctl = [
         str(Path(sys.executable).parent / "etcdctl"),

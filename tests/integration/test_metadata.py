@@ -206,7 +206,7 @@ def test_watch_resumes_after_etcd_restart(
 ) -> None:
     """etcd restarts under a running coordinator: the watch resumes from the
     last revision it applied and no change is lost."""
-    etcd = EtcdServer(tmp_path).start()  # type: ignore[arg-type]
+    etcd = EtcdServer(tmp_path, fsync=False).start()  # type: ignore[arg-type]
     try:
         # A lease that outlives the restart: the subject is the watch, and a
         # leader that lost its lease meanwhile (seen once in a clean run, after

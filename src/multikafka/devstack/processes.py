@@ -162,7 +162,11 @@ def _bin(name: str) -> str:
 class EtcdServer:
     """One etcd member on loopback with its own data directory: a cluster of
     its own, or a member of an :class:`EtcdCluster`. With ``tls`` (PEM files
-    cert, key, CA) it serves clients over TLS and requires client certificates."""
+    cert, key, CA) it serves clients over TLS and requires client certificates.
+    ``fsync=False`` (tests only) writes without waiting for the disk: what a
+    killed etcd wrote survives (the kernel keeps it), a machine crash would
+    lose it, and a slow disk no longer makes every write slow (a CI machine's
+    took seconds to elect a leader)."""
 
     def __init__(
         self,
@@ -173,6 +177,7 @@ class EtcdServer:
         peer_port: int = 0,
         initial_cluster: str = "",
         tls: tuple[str, str, str] | None = None,
+        fsync: bool = True,
     ) -> None:
         self.work_dir = work_dir
         self.name = name
@@ -193,6 +198,8 @@ class EtcdServer:
             "--initial-cluster", initial_cluster or f"{name}={peer}",
             "--log-level", "warn",
         ]  # fmt: skip
+        if not fsync:
+            argv.append("--unsafe-no-fsync")
         if tls is not None:
             cert, key, ca = tls
             argv += ["--cert-file", cert, "--key-file", key, "--trusted-ca-file", ca]
@@ -242,11 +249,15 @@ class EtcdCluster:
     """``size`` etcd members on loopback forming one cluster (raft quorum:
     it stays available with one member down out of three)."""
 
-    def __init__(self, work_dir: Path, size: int = 3, *, name: str = "etcd") -> None:
+    def __init__(
+        self, work_dir: Path, size: int = 3, *, name: str = "etcd", fsync: bool = True
+    ) -> None:
         peers = [free_port() for _ in range(size)]
         initial = ",".join(f"{name}{i}=http://127.0.0.1:{p}" for i, p in enumerate(peers))
         self.members = [
-            EtcdServer(work_dir, name=f"{name}{i}", peer_port=p, initial_cluster=initial)
+            EtcdServer(
+                work_dir, name=f"{name}{i}", peer_port=p, initial_cluster=initial, fsync=fsync
+            )
             for i, p in enumerate(peers)
         ]
 
