@@ -336,6 +336,18 @@ def test_reserved_properties_are_refused(key: str) -> None:
     assert "may not be set" in err.problem
 
 
+def test_an_isolation_level_librdkafka_lacks_is_refused() -> None:
+    err = invalid(doc(properties={"isolation.level": "READ_COMMITTED"}))
+    assert err.field == "clusters.west.properties.isolation.level"
+    assert "read_committed or read_uncommitted" in err.problem
+
+
+@pytest.mark.parametrize("level", ["read_committed", "read_uncommitted"])
+def test_isolation_levels_are_taken(level: str) -> None:
+    spec = parse_stream(doc(properties={"isolation.level": level}))
+    assert spec.clusters["west"].properties["isolation.level"] == level
+
+
 def test_reserved_bootstrap_property_points_to_the_field() -> None:
     err = invalid(doc(properties={"bootstrap.servers": "x:1"}))
     assert "bootstrap_servers" in err.problem

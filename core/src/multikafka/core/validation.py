@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError, shown
+from multikafka.core.kafka_config import ISOLATION_LEVELS
 from multikafka.core.mm2 import Mm2Mirror, ReplicationPolicy, SyncsLocation, mirror_topic_problems
 from multikafka.core.model import (
     DEFAULT_MARGIN_MS,
@@ -344,6 +345,14 @@ def _parse_properties(value: object, field: str) -> Properties:
             raise ValidationError(
                 f"{field}.{key}", f"must be a string, number or boolean, got {_type(val)}"
             )
+    level = props.get("isolation.level")
+    if level is not None and level not in ISOLATION_LEVELS:
+        # The coordinator plans the cluster by it: refused here, not by
+        # every reader's consumer later.
+        raise ValidationError(
+            f"{field}.isolation.level",
+            f"{shown(level)} is not an isolation level: use {' or '.join(ISOLATION_LEVELS)}",
+        )
     return Properties(props)
 
 
