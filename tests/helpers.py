@@ -107,6 +107,16 @@ def transactional_producer(bootstrap: str) -> Any:
     return producer
 
 
+def open_transaction(producer: Any, topic: str, keys: Sequence[str], partition: int = 0) -> None:
+    """Begin a transaction of ``producer`` (:func:`transactional_producer`)
+    and write one record per key into it, each flushed (a batch of its own);
+    the caller commits or aborts it."""
+    producer.begin_transaction()
+    for key in keys:
+        producer.produce(topic, key=key.encode(), value=b"v", partition=partition)
+        producer.flush()
+
+
 def produce_mixed(bootstrap: str, topic: str, records: int = 200) -> None:
     """``records`` records into a new ``topic`` of 2 partitions, every field a
     converter reads varied: record ``i`` goes to partition ``i % 2``, its key

@@ -20,7 +20,13 @@ from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
-from tests.helpers import eventually, stream_doc, transactional_producer, uid
+from tests.helpers import (
+    eventually,
+    open_transaction,
+    stream_doc,
+    transactional_producer,
+    uid,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,23 +44,16 @@ def test_an_open_transaction_holds_back_only_its_own_records(
     (a,) = kafka.shared(1)
     topic = uid("tx")
     create_topics(a.bootstrap, {topic: 2})
-    # One record a batch: tansu's high watermark is right only then.
-    settings = {"bootstrap.servers": a.bootstrap, "batch.num.messages": 1}
     tx = transactional_producer(a.bootstrap)
-    plain = Producer(settings)
-
-    def transaction(keys: list[str]) -> None:
-        tx.begin_transaction()
-        for key in keys:
-            tx.produce(topic, key=key.encode(), value=b"v", partition=0)
-            tx.flush()
+    # One record a batch: tansu's high watermark is right only then.
+    plain = Producer({"bootstrap.servers": a.bootstrap, "batch.num.messages": 1})
 
     def records(keys: list[str]) -> None:
         for key in keys:
             plain.produce(topic, key=key.encode(), value=b"v", partition=1)
             plain.flush()
 
-    transaction(["c0", "c1", "c2"])
+    open_transaction(tx, topic, ["c0", "c1", "c2"])
     tx.commit_transaction(15)
     records(["p0", "p1"])
     name = uid("s")
@@ -67,7 +66,7 @@ def test_an_open_transaction_holds_back_only_its_own_records(
             lambda: sorted(sink_keys(spark, tmp_path)) == ["c0", "c1", "c2", "p0", "p1"],
             timeout_s=60,
         )
-        transaction(["o0", "o1"])  # open: its records wait
+        open_transaction(tx, topic, ["o0", "o1"])  # its records wait
         records(["p2", "p3"])
         # Planned to the high watermark, the partition's range waited for the
         # transaction, and with it the whole micro-batch: p2 and p3 with it.

@@ -20,6 +20,7 @@ from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import (
     eventually,
+    open_transaction,
     produce_sequence,
     seeded_stream,
     stream_doc,
@@ -337,13 +338,7 @@ def test_readers_of_committed_records_are_never_planned_into_an_open_transaction
     create_topics(a.bootstrap, {topic: 1})
     producer = transactional_producer(a.bootstrap)
 
-    def write(records: int) -> None:
-        producer.begin_transaction()
-        for _ in range(records):
-            producer.produce(topic, value=b"v", partition=0)
-            producer.flush()  # one record a batch: tansu's high watermark is right
-
-    write(3)
+    open_transaction(producer, topic, ["c0", "c1", "c2"])
     producer.commit_transaction(15)  # records 0-2, the commit marker at 3
     name = uid("s")
     admin.put_stream(stream_doc(name, {"a": (a.bootstrap, [topic])}))
@@ -363,7 +358,7 @@ def test_readers_of_committed_records_are_never_planned_into_an_open_transaction
         )
 
     eventually(lambda: latest(0) == {split: 4})
-    write(2)  # records 4 and 5, not committed yet
+    open_transaction(producer, topic, ["o0", "o1"])  # records 4 and 5, not committed yet
     eventually(lambda: latest(4, "read_uncommitted") == {split: 6})
     assert latest(4) == {split: 4}
     assert latest(4, "read_committed") == {split: 4}

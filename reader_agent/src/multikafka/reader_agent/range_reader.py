@@ -386,10 +386,8 @@ class KafkaRangeReader:
         errors = [m for m in msgs if m.error() is not None]
         if not errors:
             return msgs
-        for m in errors:
+        for m in filter(_failed, errors):
             err = m.error()
-            if err.code() == KafkaError._PARTITION_EOF:
-                continue
             key = (m.topic(), m.partition())
             if key in self._next and key not in pending:
                 # A partition this read does not need (known for a range that
