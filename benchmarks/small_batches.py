@@ -3,12 +3,18 @@
     python -m benchmarks.small_batches [--sizes 10000 100000 1000000]
         [--batches 10] [--repeat 2] [--out docs]
 
-Starts a local stack (etcd, two tansu clusters x 4 partitions, a coordinator
-in a thread, Spark ``local[2]`` with nothing registered: multikafka is the
-source PySpark discovers, as users run it), produces enough records for the
-largest size (``--batches`` x the largest ``--sizes``; 100-byte values), then,
-after an untimed warm-up (Spark starts its Python workers), ``--repeat``
-times, for each batch size:
+Starts Spark ``local[2]`` with nothing registered (multikafka is the source
+PySpark discovers, as users run it) and, for each batch size, a local stack
+of its own (etcd, two tansu clusters x 4 partitions, a coordinator in a
+thread) holding ``--batches`` x the size records (100-byte values): tansu's
+fetch slows as a partition grows, which Kafka's offset index does not (a
+fresh read of 1,250 records from each of 4 partitions: 40-70 ms at 12,500
+records a partition, 140-250 ms at 1,250,000), so the small sizes do not
+read the largest size's topics. On each stack: ``fresh read``, a plain
+consumer new to the brokers reading one micro-batch's ranges of a cluster
+(what a task whose split's leftovers are in another worker waits); then,
+after an untimed warm-up on the first (Spark starts its Python workers),
+``--repeat`` times:
 
 * ``multikafka``: a query with the default trigger and
   ``maxOffsetsPerTrigger`` = the size, stopped after ``--batches``
@@ -17,9 +23,9 @@ times, for each batch size:
   :mod:`benchmarks.spark_versions` handing out the same batch sizes in 2
   tasks (the cores) and in 8 (one per split);
 
-and once per round the plain consumer (``raw``) and its counting, GC-off
-variant (``raw_nogc_count``) over the whole stream: :mod:`benchmarks.read_rate`'s
-baselines for the large-batch check.
+and, on the largest size's stack, once per round the plain consumer (``raw``)
+and its counting, GC-off variant (``raw_nogc_count``) over the whole stream:
+:mod:`benchmarks.read_rate`'s baselines for the large-batch check.
 
 The steady rate is that of micro-batches 2 to the last (records over Spark's
 ``triggerExecution`` times); multikafka's is taken as a ratio to the floor's
@@ -44,6 +50,7 @@ import argparse
 import signal
 import statistics
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -155,43 +162,100 @@ def one_run(
     }
 
 
+def fresh_read_ms(setup: rr.Setup, size: int, repeat: int = 3) -> float:
+    """Median wall time of a plain consumer (the readers' settings) new to
+    the brokers reading one micro-batch's ranges of one cluster (``size``
+    over every partition of both clusters), from the middle of the topic:
+    what a task that lands on a worker without the split's leftovers waits
+    for its first cluster, on these brokers."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from multikafka.core.kafka_config import READER_DEFAULTS
+    from multikafka.devstack.stack import TANSU_PROPERTIES
+
+    bootstrap = next(iter(setup.bootstraps.values()))
+    per = max(1, size // (len(rr.CLUSTERS) * rr.PARTITIONS))
+    start = max(0, setup.per_cluster[next(iter(setup.bootstraps))] // rr.PARTITIONS // 2 - per)
+    walls = []
+    for i in range(repeat):
+        consumer = Consumer(
+            {
+                **READER_DEFAULTS,
+                **TANSU_PROPERTIES,
+                "bootstrap.servers": bootstrap,
+                "group.id": "bench-fresh",
+                "client.id": f"bench-fresh-{i}",
+            }
+        )
+        try:
+            consumer.list_topics(rr.TOPIC, timeout=10)  # connected, as a worker's reader is
+            left = dict.fromkeys(range(rr.PARTITIONS), per)
+            t0 = time.perf_counter()
+            consumer.assign([TopicPartition(rr.TOPIC, p, start) for p in left])
+            while any(n > 0 for n in left.values()) and time.perf_counter() - t0 < 30:
+                # As the range reader takes: the first record, then what is fetched.
+                for m in consumer.consume(1, 1.0) + consumer.consume(rr.CONSUME_BATCH, 0):
+                    if m.error() is None:
+                        left[m.partition()] -= 1
+            walls.append((time.perf_counter() - t0) * 1000)
+        finally:
+            consumer.close()
+    return statistics.median(walls)
+
+
 def measure(
-    spark: SparkSession, setup: rr.Setup, sizes: list[int], batches: int, repeat: int
-) -> list[dict[str, Any]]:
+    spark: SparkSession, sizes: list[int], batches: int, repeat: int
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Each size on a stack of its own whose topics hold ``batches`` x the
+    size: tansu's fetch slows as a partition grows (a Kafka broker's offset
+    index does not), so a small size read from the largest size's topics
+    would measure tansu's storage. The plain consumer runs on the largest."""
     floor = register_floor(spark)
-    with console.status("warm-up: Spark's Python workers start"):
-        for source in SOURCES:
-            one_run(spark, setup, floor, source, sizes[0], 3)
     runs: list[dict[str, Any]] = []
-    steps = repeat * (len(sizes) * len(SOURCES) + 2)
-    with progress_bar() as progress:
-        task = progress.add_task("small micro-batches", total=steps, note="")
-        for rnd in range(repeat):
-            for size in sizes:
-                for source in SOURCES:
-                    progress.update(task, note=f"round {rnd + 1}: {size:,}/batch, {source}")
-                    run = one_run(spark, setup, floor, source, size, batches)
-                    runs.append({"round": rnd, **run})
-                    progress.advance(task)
-                    console.log(
-                        f"round {rnd + 1} {size:>9,}/batch {source:<10} steady "
-                        f"{run['steady_rate'] or 0:>9,.0f} rec/s, "
-                        f"{run['worker_cpu_per_million']:.2f} worker CPU-s/1M, "
-                        f"tasks {run['tasks']}"
-                    )
-            for method in ("raw", "raw_nogc_count"):
-                progress.update(task, note=f"round {rnd + 1}: {method}")
-                raw = rr.read_raw(setup, lambda n: None, count_only=method == "raw_nogc_count")
-                runs.append(
-                    {
-                        "round": rnd,
-                        "source": method,
-                        "rate": raw.rate,
-                        "cpu_per_million": raw.extra["reader_cpu_s"] / raw.records * 1e6,
-                    }
-                )
+    records: dict[int, int] = {}
+    for n, size in enumerate(sizes):
+        with rr.started_stack(size * batches, 100) as setup:
+            records[size] = setup.expected
+            if n == 0:
+                with console.status("warm-up: Spark's Python workers start"):
+                    for source in SOURCES:
+                        one_run(spark, setup, floor, source, size, 3)
+            baselines = ("raw", "raw_nogc_count") if size == max(sizes) else ()
+            steps = repeat * (len(SOURCES) + len(baselines)) + 1
+            with progress_bar() as progress:
+                task = progress.add_task(f"{size:,} per micro-batch", total=steps, note="")
+                progress.update(task, note="a fresh read")
+                fresh = fresh_read_ms(setup, size)
+                runs.append({"round": 0, "source": "fresh_read", "size": size, "ms": fresh})
                 progress.advance(task)
-    return runs
+                console.log(f"{size:>9,}/batch: a plain consumer's fresh read {fresh:.0f} ms")
+                for rnd in range(repeat):
+                    for source in SOURCES:
+                        progress.update(task, note=f"round {rnd + 1}: {source}")
+                        run = one_run(spark, setup, floor, source, size, batches)
+                        runs.append({"round": rnd, **run})
+                        progress.advance(task)
+                        console.log(
+                            f"round {rnd + 1} {size:>9,}/batch {source:<10} steady "
+                            f"{run['steady_rate'] or 0:>9,.0f} rec/s, "
+                            f"{run['worker_cpu_per_million']:.2f} worker CPU-s/1M, "
+                            f"tasks {run['tasks']}"
+                        )
+                    for method in baselines:
+                        progress.update(task, note=f"round {rnd + 1}: {method}")
+                        raw = rr.read_raw(
+                            setup, lambda n: None, count_only=method == "raw_nogc_count"
+                        )
+                        runs.append(
+                            {
+                                "round": rnd,
+                                "source": method,
+                                "rate": raw.rate,
+                                "cpu_per_million": raw.extra["reader_cpu_s"] / raw.records * 1e6,
+                            }
+                        )
+                        progress.advance(task)
+    return runs, records
 
 
 def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
@@ -218,6 +282,7 @@ def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
             read_floor(b, by[("raw_nogc_count", None, i)]["rate"])
             for b, i in zip(best, rounds, strict=True)
         ]
+        row["fresh_read_ms"] = by[("fresh_read", size, 0)]["ms"]
         row["floor_best"] = summary(best)
         row["multikafka/floor_best"] = summary([m / b for m, b in zip(mk, best, strict=True) if b])
         row["read_floor"] = summary(reads)
@@ -332,6 +397,7 @@ def print_table(result: dict[str, Any]) -> None:
         "multikafka / floor's best",
         "read floor",
         "multikafka / read floor",
+        "fresh read ms",
     ):
         table.add_column(column, justify="right")
     for size, row in result["summary"]["sizes"].items():
@@ -345,6 +411,7 @@ def print_table(result: dict[str, Any]) -> None:
         cells.append(median_range(row["multikafka/floor_best"], "{:.2f}"))
         cells.append(median_range(row["read_floor"], "{:,.0f}"))
         cells.append(median_range(row["multikafka/read_floor"], "{:.2f}"))
+        cells.append(f"{row['fresh_read_ms']:.0f}")
         table.add_row(*cells)
     console.print(table)
     for size, row in result["summary"]["sizes"].items():
@@ -382,10 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "config": {"sizes": sizes, "batches": args.batches, "repeat": args.repeat},
     }
-    records = max(sizes) * args.batches
-    with discovering_spark() as spark, rr.started_stack(records, 100) as setup:
-        result["records"] = setup.expected
-        runs = measure(spark, setup, sizes, args.batches, args.repeat)
+    with discovering_spark() as spark:
+        runs, records = measure(spark, sizes, args.batches, args.repeat)
+    result["records"] = {str(size): n for size, n in records.items()}
     result["runs"] = runs
     result["summary"] = summarize(runs, sizes)
     json_path, png = finish("small_batches", result, args.out, plot)
