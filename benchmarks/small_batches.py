@@ -195,8 +195,9 @@ def fresh_read_ms(setup: rr.Setup, size: int, repeat: int = 3) -> float:
             while any(n > 0 for n in left.values()) and time.perf_counter() - t0 < 30:
                 # As the range reader takes: the first record, then what is fetched.
                 for m in consumer.consume(1, 1.0) + consumer.consume(rr.CONSUME_BATCH, 0):
-                    if m.error() is None:
-                        left[m.partition()] -= 1
+                    partition = m.partition()
+                    if m.error() is None and partition is not None:
+                        left[partition] -= 1
             walls.append((time.perf_counter() - t0) * 1000)
         finally:
             consumer.close()
