@@ -37,8 +37,11 @@ a warm-up, a window of ``--seconds``:
   queries too, could not keep up, and the plot leaves it out);
 * ``client_cpu_ms_per_trigger``: the simulated queries' own CPU per trigger.
 
-The floor (``--floor``: at those N): the same clients making one gRPC health
-check per trigger instead, what any call to a Python gRPC server costs it.
+The floors (``--floor``: at those N): the same clients making one gRPC health
+check per trigger instead, what any call to a Python gRPC server costs it;
+and one message each way per trigger on a stream kept open to a bare gRPC
+asyncio echo server in a process of its own (its CPU per message), what a
+trigger's transport costs any Python server.
 
 The goal (issue 18): at most 1 ms of coordinator CPU per trigger of a
 100-split query, so one leader serves 1,000 such queries at one trigger a
@@ -66,7 +69,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.table import Table
 
@@ -237,7 +240,23 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
         triggers(i, trigger)
         reader.stop()
 
-    target = {"ping": ping, "wire": wire}.get(plan["mode"], one)
+    def echo(i: int) -> None:
+        """One message each way on a stream kept open to the bare echo
+        server, the size of a trigger's request."""
+        channel = grpc.insecure_channel(address)
+        outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        call: Any = channel.stream_stream(ECHO_METHOD)(iter(outbox.get, None))  # type: ignore[arg-type]
+        payload = b"x" * ECHO_BYTES
+
+        def trigger() -> None:
+            outbox.put(payload)
+            next(call)
+
+        triggers(i, trigger)
+        outbox.put(None)
+        channel.close()
+
+    target = {"ping": ping, "wire": wire, "echo": echo}.get(plan["mode"], one)
     threads = [threading.Thread(target=target, args=(i,), daemon=True) for i in range(count)]
     for t in threads:
         t.start()
@@ -251,6 +270,89 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
         t.join()
     cpu = time.process_time()
     sys.stdout.write(json.dumps({"walls_ms": walls, "cpu_s": cpu, **counts}) + "\n")
+
+
+# -- the bare echo server (the floor of a message on a stream) -------------------------
+
+#: The echo's method, and its message: about a trigger's ``LatestOffsetsRequest``
+#: of a 100-split query (positions in columns).
+ECHO_METHOD = "/bench.Echo/Stream"
+ECHO_BYTES = 400
+
+
+def echo_main() -> None:
+    """A gRPC asyncio server with nothing but a stream that answers each
+    message with itself; prints its port, then ``usage`` for each line read."""
+    import asyncio
+
+    import grpc
+
+    async def stream(requests: Any, context: Any) -> Any:
+        async for message in requests:
+            yield message
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        handler = grpc.method_handlers_generic_handler(
+            "bench.Echo", {"Stream": grpc.stream_stream_rpc_method_handler(stream)}
+        )
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        loop = asyncio.get_running_loop()
+        sys.stdout.write(json.dumps({"address": f"127.0.0.1:{port}", "pid": os.getpid()}) + "\n")
+        sys.stdout.flush()
+        while await loop.run_in_executor(None, sys.stdin.readline):
+            # answered on the loop's thread: time.thread_time() is the loop's
+            usage = {"cpu_s": time.process_time(), "loop_cpu_s": time.thread_time(), "rss_mb": 0}
+            sys.stdout.write(json.dumps(usage) + "\n")
+            sys.stdout.flush()
+        await server.stop(0)
+
+    asyncio.run(serve())
+
+
+class Served(Protocol):
+    """A server process the simulated queries load: the coordinator or the echo."""
+
+    address: str
+    pid: int
+
+    def usage(self) -> dict[str, float]: ...
+
+
+class EchoChild:
+    """The echo server in a process of its own, measured as the coordinator is."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.planner_load", "echo"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        assert self._proc.stdout is not None
+        hello = json.loads(self._proc.stdout.readline())
+        self.address: str = hello["address"]
+        self.pid: int = hello["pid"]
+
+    def usage(self) -> dict[str, float]:
+        assert self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        self._proc.stdin.write("usage\n")
+        self._proc.stdin.flush()
+        result: dict[str, float] = json.loads(self._proc.stdout.readline())
+        return result
+
+    def stop(self) -> None:
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
 
 # -- the benchmark ----------------------------------------------------------------------
@@ -291,8 +393,8 @@ def produce(clusters: dict[str, tuple[str, list[str]]], stop: threading.Event) -
         producer.flush(10)
 
 
-def idle_cpu(child: CoordinatorChild, seconds: float) -> float:
-    """The coordinator's CPU-seconds per second with no query planning."""
+def idle_cpu(child: Served, seconds: float) -> float:
+    """The server's CPU-seconds per second with no query planning."""
     before = child.usage()
     time.sleep(seconds)
     after = child.usage()
@@ -300,7 +402,7 @@ def idle_cpu(child: CoordinatorChild, seconds: float) -> float:
 
 
 def run_load(
-    child: CoordinatorChild,
+    child: Served,
     n: int,
     args: argparse.Namespace,
     work: Path,
@@ -423,6 +525,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
             color="tab:green",
             label="floor: one gRPC ping",
         )
+    echo = result.get("echo", [])
+    if echo:
+        left.plot(
+            [f["queries"] for f in echo],
+            [f["net_cpu_ms_per_trigger"] for f in echo],
+            "v",
+            color="tab:olive",
+            label="floor: a message on a bare server's stream",
+        )
     handler = result.get("handler")
     if handler:
         left.plot(
@@ -477,6 +588,12 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{f['net_cpu_ms_per_trigger']:.2f} ms of coordinator CPU per ping above idle "
             f"(event loop {f['loop_cpu_ms_per_trigger']:.2f}), p99 {f['p99_ms']:.1f} ms"
         )
+    for f in result.get("echo", []):
+        console.print(
+            f"floor, {f['queries']:,} clients of one message a second on a stream kept open to "
+            f"a bare gRPC asyncio echo server: {f['net_cpu_ms_per_trigger']:.2f} ms of its CPU "
+            f"per message (event loop {f['loop_cpu_ms_per_trigger']:.2f}), p99 {f['p99_ms']:.1f} ms"
+        )
     console.print(f"idle coordinator: {result['idle_cpu_s_per_s']:.1%} of a core")
     if "handler" in result:
         console.print(
@@ -489,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["queries"]:
         queries_main(argv[1], int(argv[2]), int(argv[3]), json.loads(argv[4]))
+        return 0
+    if argv[:1] == ["echo"]:
+        echo_main()
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queries", default="1,10,100,300,1000", help="comma-separated N")
@@ -535,6 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "runs": [],
         "floor": [],
+        "echo": [],
     }
     console.rule("[bold]multikafka planner load")
     work = Path(tempfile.mkdtemp(prefix="multikafka-load-"))
@@ -553,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
             _put_stream(child.address, clusters)
             progress.update(task, description="idle", note="baseline")
             idle = result["idle_cpu_s_per_s"] = idle_cpu(child, args.seconds)
+            echo = EchoChild()
+            cleanup.callback(echo.stop)
+            echo_idle = result["echo_idle_cpu_s_per_s"] = idle_cpu(echo, 2.0)
             progress.update(task, note="in-process Planner calls")
             result["handler"] = child.ask(f"handler {STREAM} 100 20")
             floor_at = {int(x) for x in args.floor.split(",") if x.strip()}
@@ -570,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
                 if n in floor_at:
                     progress.update(task, note="floor: gRPC pings")
                     result["floor"].append(run_load(child, n, args, work, idle, "ping"))
+                    progress.update(task, note="floor: a bare server's stream")
+                    result["echo"].append(run_load(echo, n, args, work, echo_idle, "echo"))
                 progress.update(task, advance=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
