@@ -516,24 +516,19 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     left.plot(ns, [r["cpu_ms_per_trigger"] for r in runs], "o-", label="coordinator process")
     left.plot(ns, [r["net_cpu_ms_per_trigger"] for r in runs], "o--", label="above its idle CPU")
-    floor = result.get("floor", [])
-    if floor:
-        left.plot(
-            [f["queries"] for f in floor],
-            [f["net_cpu_ms_per_trigger"] for f in floor],
-            "s",
-            color="tab:green",
-            label="floor: one gRPC ping",
-        )
-    echo = result.get("echo", [])
-    if echo:
-        left.plot(
-            [f["queries"] for f in echo],
-            [f["net_cpu_ms_per_trigger"] for f in echo],
-            "v",
-            color="tab:olive",
-            label="floor: a message on a bare server's stream",
-        )
+    for key, marker, color, label in (
+        ("floor", "s", "tab:green", "floor: one gRPC ping"),
+        ("echo", "v", "tab:olive", "floor: a message on a bare server's stream"),
+    ):
+        points = result.get(key, [])
+        if points:
+            left.plot(
+                [f["queries"] for f in points],
+                [f["net_cpu_ms_per_trigger"] for f in points],
+                marker,
+                color=color,
+                label=label,
+            )
     handler = result.get("handler")
     if handler:
         left.plot(
