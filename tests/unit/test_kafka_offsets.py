@@ -9,11 +9,13 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
-from confluent_kafka import TopicPartition
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient, OffsetQuery
 from multikafka.core._secrets import Properties
+from multikafka.core.exceptions import UnavailableError
 from multikafka.core.model import Connection
 
 LatestSpec = type(OffsetSpec.latest())
@@ -75,3 +77,104 @@ def test_a_time_no_record_reached_yet_resolves_to_the_end_before_the_lookup() ->
 def test_a_time_some_record_reached_resolves_to_that_record() -> None:
     admin = AppendingAdmin([100, 200, 300], then_ms=600)
     assert client_with(admin).offsets([("t", 0)], OffsetQuery.at_time(150), 5.0) == {("t", 0): 1}
+
+
+# -- the earliest, latest and last stable offsets: a consumer first ---------------------
+
+
+class Answer(NamedTuple):
+    """A TopicPartition as ``offsets_for_times`` answers it."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: KafkaError | None
+
+
+class OffsetsConsumer:
+    """Answers ``offsets_for_times`` from ``ends`` (partition -> offset); a
+    partition not in it answers an unknown-partition error; ``raises``: the
+    whole call fails with that code."""
+
+    def __init__(self, ends: dict[int, int], raises: int | None = None) -> None:
+        self.ends = ends
+        self.raises = raises
+        self.calls = 0
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float) -> Any:
+        self.calls += 1
+        if self.raises is not None:
+            raise KafkaException(KafkaError(self.raises))
+        out = []
+        for tp in partitions:
+            known = tp.partition in self.ends
+            error = None if known else KafkaError(KafkaError._UNKNOWN_PARTITION)
+            out.append(Answer(tp.topic, tp.partition, self.ends.get(tp.partition, -1), error))
+        return out
+
+
+class CountingAdmin:
+    """The AdminClient's ``list_offsets``: ``ends`` known, others unknown."""
+
+    def __init__(self, ends: dict[int, int]) -> None:
+        self.ends = ends
+        self.calls = 0
+
+    def list_offsets(
+        self, request: dict[TopicPartition, Any], request_timeout: float, **kwargs: Any
+    ) -> Any:
+        self.calls += 1
+        out = {}
+        for tp in request:
+            f: Future[Info] = Future()
+            if tp.partition in self.ends:
+                f.set_result(Info(self.ends[tp.partition], -1))
+            else:
+                f.set_exception(KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION)))
+            out[tp] = f
+        return out
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def offsets_client(
+    consumer: OffsetsConsumer, admin: CountingAdmin, committed: bool = False
+) -> KafkaMetadataClient:
+    client = KafkaMetadataClient(Connection("c", "127.0.0.1:1", Properties({})))
+    client._admin = admin  # type: ignore[assignment]
+    client._offset_consumers[committed] = consumer  # type: ignore[assignment]
+    return client
+
+
+def test_latest_and_stable_offsets_are_asked_through_the_consumer_alone() -> None:
+    consumer, admin = OffsetsConsumer({0: 7, 1: 9}), CountingAdmin({})
+    client = offsets_client(consumer, admin, committed=True)
+    got = client.offsets([("t", 0), ("t", 1)], OffsetQuery.stable(), 5.0)
+    assert got == {("t", 0): 7, ("t", 1): 9}
+    assert (consumer.calls, admin.calls) == (1, 0)
+
+
+def test_a_partition_the_consumer_does_not_know_is_asked_of_the_admin_client() -> None:
+    # The AdminClient tells a deleted partition (left out) from an unreachable one.
+    consumer, admin = OffsetsConsumer({0: 7}), CountingAdmin({0: 7})
+    got = offsets_client(consumer, admin).offsets([("t", 0), ("t", 1)], OffsetQuery.latest(), 5.0)
+    assert got == {("t", 0): 7}
+    assert (consumer.calls, admin.calls) == (1, 1)
+
+
+@pytest.mark.parametrize("code", [KafkaError._UNKNOWN_PARTITION, KafkaError._NOENT])
+def test_a_call_of_only_unknown_partitions_is_asked_of_the_admin_client(code: int) -> None:
+    # librdkafka fails the whole call when it finds no partition's leader
+    consumer = OffsetsConsumer({}, raises=code)
+    admin = CountingAdmin({})
+    assert offsets_client(consumer, admin).offsets([("t", 5)], OffsetQuery.earliest(), 5.0) == {}
+    assert (consumer.calls, admin.calls) == (1, 1)
+
+
+def test_a_cluster_that_does_not_answer_is_unavailable_without_asking_twice() -> None:
+    consumer = OffsetsConsumer({}, raises=KafkaError._TIMED_OUT)
+    admin = CountingAdmin({0: 1})
+    with pytest.raises(UnavailableError, match="cluster c: list offsets"):
+        offsets_client(consumer, admin).offsets([("t", 0)], OffsetQuery.latest(), 5.0)
+    assert admin.calls == 0
