@@ -7,30 +7,44 @@ as before the consumer asked first."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient, OffsetQuery
+from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.model import Connection, Properties
+from multikafka.core.model import Connection
 from multikafka.devstack.feed import create_topics
 from tests.conftest import KafkaClusters
 from tests.helpers import open_transaction, produce_sequence, transactional_producer, uid
 
 
+class Topic(NamedTuple):
+    client: KafkaMetadataClient
+    bootstrap: str
+    #: 2 partitions of 20 records and a fence each
+    name: str
+
+
 @pytest.fixture
-def client(kafka: KafkaClusters) -> Iterator[tuple[KafkaMetadataClient, str]]:
+def topic(kafka: KafkaClusters) -> Iterator[Topic]:
     (a,) = kafka.shared(1)
+    name = uid("offsets")
+    create_topics(a.bootstrap, {name: 2})
+    produce_sequence(a.bootstrap, name, 2, "a", range(40))
     c = KafkaMetadataClient(Connection(a.name, a.bootstrap, Properties()))
     try:
-        yield c, a.bootstrap
+        yield Topic(c, a.bootstrap, name)
     finally:
         c.close()
 
 
-def _admin_offsets(bootstrap: str, topic: str, spec: object, committed: bool) -> dict:
+def _admin_offsets(
+    bootstrap: str, topic: str, spec: Any, committed: bool
+) -> dict[tuple[str, int], int]:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     futures = admin.list_offsets(
@@ -39,44 +53,34 @@ def _admin_offsets(bootstrap: str, topic: str, spec: object, committed: bool) ->
     return {(tp.topic, tp.partition): f.result(10).offset for tp, f in futures.items()}
 
 
-def test_offsets_through_the_consumer_answer_as_the_admin_client(
-    client: tuple[KafkaMetadataClient, str],
-) -> None:
-    c, bootstrap = client
-    topic = uid("offsets")
-    create_topics(bootstrap, {topic: 2})
-    produce_sequence(bootstrap, topic, 2, "a", range(40))
+def test_offsets_through_the_consumer_answer_as_the_admin_client(topic: Topic) -> None:
+    c, bootstrap, name = topic
     producer = transactional_producer(bootstrap)
-    open_transaction(producer, topic, ["x", "y", "z"], partition=1)  # left open
+    open_transaction(producer, name, ["x", "y", "z"], partition=1)  # left open
     try:
-        parts = [(topic, 0), (topic, 1)]
+        parts = [(name, 0), (name, 1)]
         latest = c.offsets(parts, OffsetQuery.latest(), 10)
         stable = c.offsets(parts, OffsetQuery.stable(), 10)
         earliest = c.offsets(parts, OffsetQuery.earliest(), 10)
-        assert latest == _admin_offsets(bootstrap, topic, OffsetSpec.latest(), False)
-        assert stable == _admin_offsets(bootstrap, topic, OffsetSpec.latest(), True)
-        assert earliest == _admin_offsets(bootstrap, topic, OffsetSpec.earliest(), False)
+        assert latest == _admin_offsets(bootstrap, name, OffsetSpec.latest(), False)
+        assert stable == _admin_offsets(bootstrap, name, OffsetSpec.latest(), True)
+        assert earliest == _admin_offsets(bootstrap, name, OffsetSpec.earliest(), False)
         # 20 records and a fence each; partition 1 holds 3 more, not committed
-        assert latest == {(topic, 0): 21, (topic, 1): 24}
-        assert stable[(topic, 0)] == 21
-        assert stable[(topic, 1)] < 24
-        assert earliest == {(topic, 0): 0, (topic, 1): 0}
+        assert latest == {(name, 0): 21, (name, 1): 24}
+        assert stable[(name, 0)] == 21
+        assert stable[(name, 1)] < 24
+        assert earliest == {(name, 0): 0, (name, 1): 0}
         assert set(c._offset_consumers) == {False, True}  # the consumers answered
     finally:
         producer.abort_transaction(10)
 
 
-def test_a_partition_that_does_not_exist_is_left_out(
-    client: tuple[KafkaMetadataClient, str],
-) -> None:
-    c, bootstrap = client
-    topic = uid("offsets")
-    create_topics(bootstrap, {topic: 2})
-    produce_sequence(bootstrap, topic, 2, "a", range(10))
-    got = c.offsets([(topic, 0), (topic, 7)], OffsetQuery.latest(), 10)
-    assert got == {(topic, 0): 6}
+def test_a_partition_that_does_not_exist_is_left_out(topic: Topic) -> None:
+    c, name = topic.client, topic.name
+    got = c.offsets([(name, 0), (name, 7)], OffsetQuery.latest(), 10)
+    assert got == {(name, 0): 21}
     # Only partitions that do not exist: no leader found for any, as the
     # AdminClient answers it
-    for parts in ([(topic, 7)], [(uid("never"), 0)]):
+    for parts in ([(name, 7)], [(uid("never"), 0)]):
         with pytest.raises(UnavailableError, match="No leaders found"):
             c.offsets(parts, OffsetQuery.earliest(), 10)
