@@ -1,6 +1,6 @@
-"""The coordinator's offset lookups on a real broker: the earliest, latest
-and last stable offsets asked through its consumer answer what the
-AdminClient answers, and a partition that does not exist is left out (the
+"""The coordinator's offset lookups on a real broker: the earliest and last
+stable offsets asked through its consumer answer what the AdminClient
+answers, and a partition that does not exist is left out (the
 AdminClient, asked then, tells a deleted partition from an unreachable one),
 as before the consumer asked first."""
 
@@ -70,15 +70,17 @@ def test_offsets_through_the_consumer_answer_as_the_admin_client(topic: Topic) -
         assert stable[(name, 0)] == 21
         assert stable[(name, 1)] < 24
         assert earliest == {(name, 0): 0, (name, 1): 0}
-        assert set(c._offset_consumers) == {False, True}  # the consumers answered
+        # ... and they came from the consumer itself
+        assert c._ends(parts, False, 10) == stable
+        assert c._ends(parts, True, 10) == earliest
     finally:
         producer.abort_transaction(10)
 
 
 def test_a_partition_that_does_not_exist_is_left_out(topic: Topic) -> None:
     c, name = topic.client, topic.name
-    got = c.offsets([(name, 0), (name, 7)], OffsetQuery.latest(), 10)
-    assert got == {(name, 0): 21}
+    for query in (OffsetQuery.stable(), OffsetQuery.latest()):
+        assert c.offsets([(name, 0), (name, 7)], query, 10) == {(name, 0): 21}
     # Only partitions that do not exist: no leader found for any, as the
     # AdminClient answers it
     for parts in ([(name, 7)], [(uid("never"), 0)]):

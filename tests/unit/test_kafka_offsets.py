@@ -138,27 +138,37 @@ class CountingAdmin:
         return 0
 
 
-def offsets_client(
-    consumer: OffsetsConsumer, admin: CountingAdmin, committed: bool = False
-) -> KafkaMetadataClient:
+def offsets_client(consumer: OffsetsConsumer, admin: CountingAdmin) -> KafkaMetadataClient:
     client = KafkaMetadataClient(Connection("c", "127.0.0.1:1", Properties({})))
     client._admin = admin  # type: ignore[assignment]
-    client._offset_consumers[committed] = consumer  # type: ignore[assignment]
+    client._offsets.close()
+    client._offsets = consumer  # type: ignore[assignment]
     return client
 
 
-def test_latest_and_stable_offsets_are_asked_through_the_consumer_alone() -> None:
+@pytest.mark.parametrize("query", [OffsetQuery.stable(), OffsetQuery.earliest()])
+def test_stable_and_earliest_offsets_are_asked_through_the_consumer_alone(
+    query: OffsetQuery,
+) -> None:
     consumer, admin = OffsetsConsumer({0: 7, 1: 9}), CountingAdmin({})
-    client = offsets_client(consumer, admin, committed=True)
-    got = client.offsets([("t", 0), ("t", 1)], OffsetQuery.stable(), 5.0)
+    got = offsets_client(consumer, admin).offsets([("t", 0), ("t", 1)], query, 5.0)
     assert got == {("t", 0): 7, ("t", 1): 9}
     assert (consumer.calls, admin.calls) == (1, 0)
+
+
+def test_high_watermarks_are_asked_of_the_admin_client() -> None:
+    # The consumer reads committed records: its latest is the last stable offset.
+    consumer, admin = OffsetsConsumer({0: 7}), CountingAdmin({0: 9})
+    assert offsets_client(consumer, admin).offsets([("t", 0)], OffsetQuery.latest(), 5.0) == {
+        ("t", 0): 9
+    }
+    assert (consumer.calls, admin.calls) == (0, 1)
 
 
 def test_a_partition_the_consumer_does_not_know_is_asked_of_the_admin_client() -> None:
     # The AdminClient tells a deleted partition (left out) from an unreachable one.
     consumer, admin = OffsetsConsumer({0: 7}), CountingAdmin({0: 7})
-    got = offsets_client(consumer, admin).offsets([("t", 0), ("t", 1)], OffsetQuery.latest(), 5.0)
+    got = offsets_client(consumer, admin).offsets([("t", 0), ("t", 1)], OffsetQuery.stable(), 5.0)
     assert got == {("t", 0): 7}
     assert (consumer.calls, admin.calls) == (1, 1)
 
@@ -176,5 +186,5 @@ def test_a_cluster_that_does_not_answer_is_unavailable_without_asking_twice() ->
     consumer = OffsetsConsumer({}, raises=KafkaError._TIMED_OUT)
     admin = CountingAdmin({0: 1})
     with pytest.raises(UnavailableError, match="cluster c: list offsets"):
-        offsets_client(consumer, admin).offsets([("t", 0)], OffsetQuery.latest(), 5.0)
+        offsets_client(consumer, admin).offsets([("t", 0)], OffsetQuery.stable(), 5.0)
     assert admin.calls == 0

@@ -4,13 +4,16 @@ commits, and the records of small internal topics such as MirrorMaker 2's
 offset syncs (:class:`KafkaMetadataClient`, behind the :class:`MetadataClient`
 protocol the fakes implement too).
 
-The earliest, latest and last stable offsets, which planning asks for several
-times a second, are asked first through a consumer that never reads
-(``offsets_for_times`` with Kafka's -2 and -1: the same ``ListOffsets``
+The last stable offsets, which planning asks for several times a second
+(readers read committed records by default), and the earliest are asked
+first through a consumer that never reads (``offsets_for_times`` with
+Kafka's -1 and -2 under ``read_committed``: the same ``ListOffsets``
 request, a fifth of the CPU of ``AdminClient.list_offsets``, which makes a
 future per partition); an answer with any partition's error is asked again
 through the AdminClient, whose answers tell a deleted partition from one
-whose leader did not answer.
+whose leader did not answer. High watermarks (``read_uncommitted``) are
+asked through the AdminClient: a second consumer would hold four more
+threads per cluster.
 
 The coordinator never reads a stream's records: nothing here imports the read
 path (Arrow, the compiled converter, payload decoding).
@@ -18,7 +21,6 @@ path (Arrow, the compiled converter, payload decoding).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
@@ -37,7 +39,6 @@ from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-d
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_config import (
     READ_COMMITTED,
-    READ_UNCOMMITTED,
     READER_DEFAULTS,
     READER_GROUP_ID,
     client_config,
@@ -154,9 +155,15 @@ class KafkaMetadataClient:
         )
         self._admin = AdminClient(config, logger=self._log)
         self._group_consumers: dict[str, Consumer] = {}
-        #: Consumers that only ask offsets, by isolation level (committed or not).
-        self._offset_consumers: dict[bool, Consumer] = {}
-        self._offset_lock = threading.Lock()
+        #: A consumer that only asks offsets: last stable (it reads committed
+        #: records) and earliest. Made with the AdminClient, not at its first
+        #: use: a client's threads come and go with it.
+        offsets_config = client_config(
+            connection, {"client.id": f"multikafka-coordinator-{connection.cluster}"}
+        )
+        offsets_config["group.id"] = READER_GROUP_ID  # never joined nor committed
+        offsets_config["isolation.level"] = READ_COMMITTED
+        self._offsets = Consumer(offsets_config, logger=self._log)
         #: (reader, topic) -> its consumer, the partitions assigned to it, and
         #: when the topic's partitions were last asked for
         self._tails: dict[tuple[str, str], tuple[Consumer, set[int], list[float]]] = {}
@@ -172,8 +179,8 @@ class KafkaMetadataClient:
         commits: :meth:`partition_counts` (every discovery round) and
         :meth:`close` call this."""
         self._admin.poll(0)
-        # (commits and offset lookups add some meanwhile)
-        for consumer in [*self._group_consumers.values(), *self._offset_consumers.values()]:
+        self._offsets.poll(0)
+        for consumer in list(self._group_consumers.values()):  # (commits add some meanwhile)
             consumer.poll(0)
 
     def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
@@ -196,13 +203,16 @@ class KafkaMetadataClient:
     ) -> dict[tuple[str, int], int]:
         if not partitions:
             return {}
-        if query.kind in ("earliest", "latest", "stable"):
-            committed = query.kind == "stable"
-            found = self._ends(partitions, query.kind == "earliest", committed, timeout_s)
+        if query.kind in ("earliest", "stable"):
+            earliest = query.kind == "earliest"
+            found = self._ends(partitions, earliest, timeout_s)
             if found is not None:
                 return found
-            spec = _EARLIEST if query.kind == "earliest" else _LATEST
-            return self._list_offsets(partitions, spec, timeout_s, committed=committed)
+            if earliest:
+                return self._list_offsets(partitions, _EARLIEST, timeout_s)
+            return self._list_offsets(partitions, _LATEST, timeout_s, committed=True)
+        if query.kind == "latest":
+            return self._list_offsets(partitions, _LATEST, timeout_s)
         # With no record at or after the time, the answer is the end of the
         # partition as it was *before* the time was looked up: a record
         # appended between the two requests may be at or after the time, and
@@ -214,20 +224,16 @@ class KafkaMetadataClient:
         return {tp: found.get(tp, end) for tp, end in ends.items()}
 
     def _ends(
-        self,
-        partitions: Sequence[tuple[str, int]],
-        earliest: bool,
-        committed: bool,
-        timeout_s: float,
+        self, partitions: Sequence[tuple[str, int]], earliest: bool, timeout_s: float
     ) -> dict[tuple[str, int], int] | None:
-        """The earliest or latest (``committed``: last stable) offsets through
-        a consumer; None when a partition has no offset in the answer or the
-        call failed otherwise than by timing out (the AdminClient tells
-        deleted from unreachable). Raises :class:`UnavailableError` when the
+        """The earliest or last stable offsets through the offsets consumer;
+        None when a partition has no offset in the answer or the call failed
+        otherwise than by timing out (the AdminClient tells deleted from
+        unreachable). Raises :class:`UnavailableError` when the
         cluster did not answer in time (asking again would wait as long)."""
         at = OFFSET_BEGINNING if earliest else OFFSET_END
         try:
-            answer = self._offset_consumer(committed).offsets_for_times(
+            answer = self._offsets.offsets_for_times(
                 [TopicPartition(t, p, at) for t, p in partitions], timeout=timeout_s
             )
         except KafkaException as exc:
@@ -245,20 +251,6 @@ class KafkaMetadataClient:
                 return None
             out[(tp.topic, tp.partition)] = tp.offset
         return out if len(out) == len(set(partitions)) else None
-
-    def _offset_consumer(self, committed: bool) -> Consumer:
-        with self._offset_lock:
-            consumer = self._offset_consumers.get(committed)
-            if consumer is None:
-                config = client_config(
-                    self._connection,
-                    {"client.id": f"multikafka-coordinator-{self._connection.cluster}"},
-                )
-                config["group.id"] = READER_GROUP_ID  # never joined nor committed
-                config["isolation.level"] = READ_COMMITTED if committed else READ_UNCOMMITTED
-                consumer = Consumer(config, logger=self._log)
-                self._offset_consumers[committed] = consumer
-            return consumer
 
     def _list_offsets(
         self,
@@ -370,10 +362,9 @@ class KafkaMetadataClient:
 
     def close(self) -> None:
         self._serve_logs()
-        for consumer in [*self._group_consumers.values(), *self._offset_consumers.values()]:
+        for consumer in [self._offsets, *self._group_consumers.values()]:
             consumer.close()
         self._group_consumers.clear()
-        self._offset_consumers.clear()
         for consumer, _, _ in self._tails.values():
             consumer.close()
         self._tails.clear()
