@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
-from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient, OffsetQuery
@@ -71,8 +71,8 @@ def test_offsets_through_the_consumer_answer_as_the_admin_client(topic: Topic) -
         assert stable[(name, 1)] < 24
         assert earliest == {(name, 0): 0, (name, 1): 0}
         # ... and they came from the consumer itself
-        assert c._ends(parts, False, 10) == stable
-        assert c._ends(parts, True, 10) == earliest
+        assert c._consumer_offsets(parts, OFFSET_END, 10) == stable
+        assert c._consumer_offsets(parts, OFFSET_BEGINNING, 10) == earliest
     finally:
         producer.abort_transaction(10)
 

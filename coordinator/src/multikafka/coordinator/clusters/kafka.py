@@ -155,18 +155,24 @@ class KafkaMetadataClient:
         )
         self._admin = AdminClient(config, logger=self._log)
         self._group_consumers: dict[str, Consumer] = {}
-        #: A consumer that only asks offsets: last stable (it reads committed
-        #: records) and earliest. Made with the AdminClient, not at its first
-        #: use: a client's threads come and go with it.
-        offsets_config = client_config(
-            connection, {"client.id": f"multikafka-coordinator-{connection.cluster}"}
+        #: A consumer that only asks offsets (never joined nor committed): last
+        #: stable (it reads committed records) and earliest. Made with the
+        #: AdminClient, not at its first use: a client's threads come and go
+        #: with it.
+        self._offsets = self._consumer(
+            f"multikafka-coordinator-{connection.cluster}",
+            {"group.id": READER_GROUP_ID, "isolation.level": READ_COMMITTED},
         )
-        offsets_config["group.id"] = READER_GROUP_ID  # never joined nor committed
-        offsets_config["isolation.level"] = READ_COMMITTED
-        self._offsets = Consumer(offsets_config, logger=self._log)
         #: (reader, topic) -> its consumer, the partitions assigned to it, and
         #: when the topic's partitions were last asked for
         self._tails: dict[tuple[str, str], tuple[Consumer, set[int], list[float]]] = {}
+
+    def _consumer(self, client_id: str, forced: Mapping[str, str]) -> Consumer:
+        """A consumer of this cluster: the readers' defaults, the stream's
+        properties, then ``forced`` (a group id at least)."""
+        config = client_config(self._connection, {**READER_DEFAULTS, "client.id": client_id})
+        config.update(forced)
+        return Consumer(config, logger=self._log)
 
     def set_log_context(
         self, users: Sequence[tuple[str, str]], *, expected_down: bool = False
@@ -203,16 +209,21 @@ class KafkaMetadataClient:
     ) -> dict[tuple[str, int], int]:
         if not partitions:
             return {}
-        if query.kind in ("earliest", "stable"):
-            earliest = query.kind == "earliest"
-            found = self._ends(partitions, earliest, timeout_s)
-            if found is not None:
-                return found
-            if earliest:
-                return self._list_offsets(partitions, _EARLIEST, timeout_s)
-            return self._list_offsets(partitions, _LATEST, timeout_s, committed=True)
+        # Earliest and last stable: the offsets consumer, else the AdminClient.
+        if query.kind == "earliest":
+            found = self._consumer_offsets(partitions, OFFSET_BEGINNING, timeout_s)
+            return (
+                found if found is not None else self._list_offsets(partitions, _EARLIEST, timeout_s)
+            )
         if query.kind == "latest":
             return self._list_offsets(partitions, _LATEST, timeout_s)
+        if query.kind == "stable":
+            found = self._consumer_offsets(partitions, OFFSET_END, timeout_s)
+            return (
+                found
+                if found is not None
+                else self._list_offsets(partitions, _LATEST, timeout_s, committed=True)
+            )
         # With no record at or after the time, the answer is the end of the
         # partition as it was *before* the time was looked up: a record
         # appended between the two requests may be at or after the time, and
@@ -223,15 +234,15 @@ class KafkaMetadataClient:
         )
         return {tp: found.get(tp, end) for tp, end in ends.items()}
 
-    def _ends(
-        self, partitions: Sequence[tuple[str, int]], earliest: bool, timeout_s: float
+    def _consumer_offsets(
+        self, partitions: Sequence[tuple[str, int]], at: int, timeout_s: float
     ) -> dict[tuple[str, int], int] | None:
-        """The earliest or last stable offsets through the offsets consumer;
-        None when a partition has no offset in the answer or the call failed
-        otherwise than by timing out (the AdminClient tells deleted from
-        unreachable). Raises :class:`UnavailableError` when the
-        cluster did not answer in time (asking again would wait as long)."""
-        at = OFFSET_BEGINNING if earliest else OFFSET_END
+        """The earliest (``at`` = ``OFFSET_BEGINNING``) or last stable
+        (``OFFSET_END``) offsets through the offsets consumer; None when a
+        partition has no offset in the answer or the call failed otherwise
+        than by timing out (the AdminClient tells deleted from unreachable).
+        Raises :class:`UnavailableError` when the cluster did not answer in
+        time (asking again would wait as long)."""
         try:
             answer = self._offsets.offsets_for_times(
                 [TopicPartition(t, p, at) for t, p in partitions], timeout=timeout_s
@@ -297,11 +308,8 @@ class KafkaMetadataClient:
     ) -> None:
         consumer = self._group_consumers.get(group_id)
         if consumer is None:
-            config = client_config(
-                self._connection, {**READER_DEFAULTS, "client.id": "multikafka-committer"}
-            )
-            config["group.id"] = group_id
-            consumer = self._group_consumers[group_id] = Consumer(config, logger=self._log)
+            consumer = self._consumer("multikafka-committer", {"group.id": group_id})
+            self._group_consumers[group_id] = consumer
         tps = [TopicPartition(t, p, off) for (t, p), off in offsets.items()]
         try:
             consumer.commit(offsets=tps, asynchronous=False)
@@ -318,15 +326,14 @@ class KafkaMetadataClient:
     ) -> list[RawRecord] | None:
         tail = self._tails.get((reader, topic))
         if tail is None:
-            config = client_config(
-                self._connection,
-                {**READER_DEFAULTS, "client.id": f"multikafka-coordinator-{topic}"},
+            consumer = self._consumer(
+                f"multikafka-coordinator-{topic}",
+                # Never joined nor committed: assign only. A compacted or
+                # trimmed topic starts later than a kept position: read what
+                # is there.
+                {"group.id": READER_GROUP_ID, "auto.offset.reset": "earliest"},
             )
-            config["group.id"] = READER_GROUP_ID  # never joined nor committed: assign only
-            # A compacted or trimmed topic starts later than a kept position:
-            # read what is there.
-            config["auto.offset.reset"] = "earliest"
-            tail = self._tails[(reader, topic)] = (Consumer(config, logger=self._log), set(), [0.0])
+            tail = self._tails[(reader, topic)] = (consumer, set(), [0.0])
         consumer, assigned, asked = tail
         if not assigned or time.monotonic() - asked[0] >= TOPIC_REFRESH_S:
             try:
