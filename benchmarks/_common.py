@@ -118,6 +118,26 @@ def quiet_logs() -> None:
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 
+def plain_consumer(bootstrap: str, client_id: str) -> Any:
+    """A confluent-kafka consumer with the readers' settings (and the dev
+    stack's stream properties) on ``bootstrap``, for assigning partitions:
+    the plain-consumer baselines."""
+    from confluent_kafka import Consumer
+
+    from multikafka.core.kafka_config import READER_DEFAULTS
+    from multikafka.devstack.stack import TANSU_PROPERTIES
+
+    return Consumer(
+        {
+            **READER_DEFAULTS,
+            **TANSU_PROPERTIES,
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-plain",
+            "client.id": client_id,
+        }
+    )
+
+
 def progress_bar(*, transient: bool = False) -> Progress:
     """The progress display every benchmark uses (tasks carry a ``note`` field)."""
     return Progress(

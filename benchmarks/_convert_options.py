@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Message
 
-from benchmarks._common import summary
+from benchmarks._common import plain_consumer, summary
 from multikafka.reader_agent import arrow
 from multikafka.reader_agent.arrow import HEADERS_TYPE, TIMESTAMP_TYPE, Columns
 
@@ -31,19 +31,9 @@ Batches = list[list[Message]]
 
 def consume(bootstrap: str, topic: str, partitions: int, records: int, batch: int) -> Batches:
     """Up to ``records`` messages of ``topic`` in the batches ``consume`` gave."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    from multikafka.core.kafka_config import READER_DEFAULTS
-    from multikafka.devstack.stack import TANSU_PROPERTIES
-
-    consumer = Consumer(
-        {
-            **READER_DEFAULTS,
-            **TANSU_PROPERTIES,
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-convert-options",
-        }
-    )
+    consumer = plain_consumer(bootstrap, "bench-convert-options")
     out: Batches = []
     got = 0
     try:

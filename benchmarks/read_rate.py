@@ -80,6 +80,7 @@ from benchmarks._common import (
     console,
     finish,
     machine,
+    plain_consumer,
     progress_bar,
     quiet_logs,
     resolve_out,
@@ -235,10 +236,7 @@ class ReaderCpu:
 def read_raw(setup: Setup, on_batch: Callable[[int], None], *, count_only: bool = False) -> Run:
     """Plain consumers, one cluster after the other, in this process.
     ``count_only``: the strict baseline, GC disabled, no per-message work."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    from multikafka.core.kafka_config import READER_DEFAULTS
-    from multikafka.devstack.stack import TANSU_PROPERTIES
+    from confluent_kafka import KafkaError, TopicPartition
 
     t0 = time.perf_counter()
     total = 0
@@ -249,15 +247,8 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None], *, count_only: bool 
         gc.disable()
     try:
         for name, bootstrap in setup.bootstraps.items():
-            config: dict[str, str | int] = {
-                **READER_DEFAULTS,
-                **TANSU_PROPERTIES,
-                "bootstrap.servers": bootstrap,
-                "group.id": "bench-raw",
-                "client.id": f"bench-raw-{name}",
-            }
             meter = ReaderCpu()
-            consumer = Consumer(config)
+            consumer = plain_consumer(bootstrap, f"bench-raw-{name}")
             try:
                 tps = [TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)]
                 consumer.assign(tps)
@@ -296,22 +287,11 @@ def read_raw_parallel(setup: Setup) -> Run:
     """``raw_nogc_count`` with both clusters read at the same time, one thread
     each (``consume`` releases the GIL), as Spark's two tasks read on two
     cores: the same baseline when the machine is as busy as under Spark."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from multikafka.core.kafka_config import READER_DEFAULTS
-    from multikafka.devstack.stack import TANSU_PROPERTIES
+    from confluent_kafka import TopicPartition
 
     meter = ReaderCpu()
     consumers = {
-        name: Consumer(
-            {
-                **READER_DEFAULTS,
-                **TANSU_PROPERTIES,
-                "bootstrap.servers": bootstrap,
-                "group.id": "bench-raw",
-                "client.id": f"bench-raw-parallel-{name}",
-            }
-        )
+        name: plain_consumer(bootstrap, f"bench-raw-parallel-{name}")
         for name, bootstrap in setup.bootstraps.items()
     }
     counts: dict[str, int] = {}

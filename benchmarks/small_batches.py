@@ -51,7 +51,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,6 +65,7 @@ from benchmarks._common import (
     finish,
     machine,
     median_range,
+    plain_consumer,
     progress_bar,
     quiet_logs,
     summary,
@@ -168,25 +169,14 @@ def fresh_read_ms(setup: rr.Setup, size: int, repeat: int = 3) -> float:
     over every partition of both clusters), from the middle of the topic:
     what a task that lands on a worker without the split's leftovers waits
     for its first cluster, on these brokers."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    from multikafka.core.kafka_config import READER_DEFAULTS
-    from multikafka.devstack.stack import TANSU_PROPERTIES
-
-    bootstrap = next(iter(setup.bootstraps.values()))
+    cluster, bootstrap = next(iter(setup.bootstraps.items()))
     per = max(1, size // (len(rr.CLUSTERS) * rr.PARTITIONS))
-    start = max(0, setup.per_cluster[next(iter(setup.bootstraps))] // rr.PARTITIONS // 2 - per)
+    start = max(0, setup.per_cluster[cluster] // rr.PARTITIONS // 2 - per)
     walls = []
     for i in range(repeat):
-        consumer = Consumer(
-            {
-                **READER_DEFAULTS,
-                **TANSU_PROPERTIES,
-                "bootstrap.servers": bootstrap,
-                "group.id": "bench-fresh",
-                "client.id": f"bench-fresh-{i}",
-            }
-        )
+        consumer = plain_consumer(bootstrap, f"bench-fresh-{i}")
         try:
             consumer.list_topics(rr.TOPIC, timeout=10)  # connected, as a worker's reader is
             left = dict.fromkeys(range(rr.PARTITIONS), per)
@@ -222,41 +212,60 @@ def measure(
                     for source in SOURCES:
                         one_run(spark, setup, floor, source, size, 3)
             baselines = ("raw", "raw_nogc_count") if size == max(sizes) else ()
-            steps = repeat * (len(SOURCES) + len(baselines)) + 1
-            with progress_bar() as progress:
-                task = progress.add_task(f"{size:,} per micro-batch", total=steps, note="")
-                progress.update(task, note="a fresh read")
-                fresh = fresh_read_ms(setup, size)
-                runs.append({"round": 0, "source": "fresh_read", "size": size, "ms": fresh})
-                progress.advance(task)
-                console.log(f"{size:>9,}/batch: a plain consumer's fresh read {fresh:.0f} ms")
-                for rnd in range(repeat):
-                    for source in SOURCES:
-                        progress.update(task, note=f"round {rnd + 1}: {source}")
-                        run = one_run(spark, setup, floor, source, size, batches)
-                        runs.append({"round": rnd, **run})
-                        progress.advance(task)
-                        console.log(
-                            f"round {rnd + 1} {size:>9,}/batch {source:<10} steady "
-                            f"{run['steady_rate'] or 0:>9,.0f} rec/s, "
-                            f"{run['worker_cpu_per_million']:.2f} worker CPU-s/1M, "
-                            f"tasks {run['tasks']}"
-                        )
-                    for method in baselines:
-                        progress.update(task, note=f"round {rnd + 1}: {method}")
-                        raw = rr.read_raw(
-                            setup, lambda n: None, count_only=method == "raw_nogc_count"
-                        )
-                        runs.append(
-                            {
-                                "round": rnd,
-                                "source": method,
-                                "rate": raw.rate,
-                                "cpu_per_million": raw.extra["reader_cpu_s"] / raw.records * 1e6,
-                            }
-                        )
-                        progress.advance(task)
+            runs += measure_size(spark, setup, floor, size, batches, repeat, baselines)
     return runs, records
+
+
+def measure_size(
+    spark: SparkSession,
+    setup: rr.Setup,
+    floor: str,
+    size: int,
+    batches: int,
+    repeat: int,
+    baselines: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """On one stack: the fresh read, then ``repeat`` rounds of every source
+    and of ``baselines`` (the plain consumers)."""
+    runs: list[dict[str, Any]] = []
+    with progress_bar() as progress:
+        steps = repeat * (len(SOURCES) + len(baselines)) + 1
+        task = progress.add_task(f"{size:,} per micro-batch", total=steps, note="")
+
+        def step(note: str, fn: Callable[..., Any], *args: Any) -> Any:
+            progress.update(task, note=note)
+            out = fn(*args)
+            progress.advance(task)
+            return out
+
+        fresh = step("a fresh read", fresh_read_ms, setup, size)
+        runs.append({"round": 0, "source": "fresh_read", "size": size, "ms": fresh})
+        console.log(f"{size:>9,}/batch: a plain consumer's fresh read {fresh:.0f} ms")
+        for rnd in range(repeat):
+            for source in SOURCES:
+                note = f"round {rnd + 1}: {source}"
+                run = step(note, one_run, spark, setup, floor, source, size, batches)
+                runs.append({"round": rnd, **run})
+                console.log(
+                    f"round {rnd + 1} {size:>9,}/batch {source:<10} steady "
+                    f"{run['steady_rate'] or 0:>9,.0f} rec/s, "
+                    f"{run['worker_cpu_per_million']:.2f} worker CPU-s/1M, "
+                    f"tasks {run['tasks']}"
+                )
+            for method in baselines:
+                raw = step(f"round {rnd + 1}: {method}", raw_run, setup, method)
+                runs.append({"round": rnd, **raw})
+    return runs
+
+
+def raw_run(setup: rr.Setup, method: str) -> dict[str, Any]:
+    """One plain-consumer baseline over the whole stream."""
+    raw = rr.read_raw(setup, lambda n: None, count_only=method == "raw_nogc_count")
+    return {
+        "source": method,
+        "rate": raw.rate,
+        "cpu_per_million": raw.extra["reader_cpu_s"] / raw.records * 1e6,
+    }
 
 
 def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
