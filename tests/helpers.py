@@ -107,14 +107,19 @@ def transactional_producer(bootstrap: str) -> Any:
     return producer
 
 
-def open_transaction(producer: Any, topic: str, keys: Sequence[str], partition: int = 0) -> None:
-    """Begin a transaction of ``producer`` (:func:`transactional_producer`)
-    and write one record per key into it, each flushed (a batch of its own);
-    the caller commits or aborts it."""
-    producer.begin_transaction()
+def produce_each(producer: Any, topic: str, keys: Sequence[str], partition: int = 0) -> None:
+    """One record per key into ``partition``, each flushed: a batch of its
+    own (tansu's high watermark is right only then)."""
     for key in keys:
         producer.produce(topic, key=key.encode(), value=b"v", partition=partition)
         producer.flush()
+
+
+def open_transaction(producer: Any, topic: str, keys: Sequence[str], partition: int = 0) -> None:
+    """Begin a transaction of ``producer`` (:func:`transactional_producer`)
+    and write :func:`produce_each` into it; the caller commits or aborts it."""
+    producer.begin_transaction()
+    produce_each(producer, topic, keys, partition)
 
 
 def produce_mixed(bootstrap: str, topic: str, records: int = 200) -> None:

@@ -23,6 +23,7 @@ from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
 from tests.helpers import (
     eventually,
     open_transaction,
+    produce_each,
     stream_doc,
     transactional_producer,
     uid,
@@ -45,13 +46,10 @@ def test_an_open_transaction_holds_back_only_its_own_records(
     topic = uid("tx")
     create_topics(a.bootstrap, {topic: 2})
     tx = transactional_producer(a.bootstrap)
-    # One record a batch: tansu's high watermark is right only then.
     plain = Producer({"bootstrap.servers": a.bootstrap, "batch.num.messages": 1})
 
     def records(keys: list[str]) -> None:
-        for key in keys:
-            plain.produce(topic, key=key.encode(), value=b"v", partition=1)
-            plain.flush()
+        produce_each(plain, topic, keys, partition=1)
 
     open_transaction(tx, topic, ["c0", "c1", "c2"])
     tx.commit_transaction(15)
