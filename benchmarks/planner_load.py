@@ -88,6 +88,7 @@ from benchmarks.splits_scale import (
     WATERMARK_AGE_VARIABLE,
     CoordinatorChild,
     etcd_server,
+    process_usage,
     py_spy,
     spy_top,
 )
@@ -303,9 +304,7 @@ def echo_main() -> None:
         sys.stdout.write(json.dumps({"address": f"127.0.0.1:{port}", "pid": os.getpid()}) + "\n")
         sys.stdout.flush()
         while await loop.run_in_executor(None, sys.stdin.readline):
-            # answered on the loop's thread: time.thread_time() is the loop's
-            usage = {"cpu_s": time.process_time(), "loop_cpu_s": time.thread_time(), "rss_mb": 0}
-            sys.stdout.write(json.dumps(usage) + "\n")
+            sys.stdout.write(json.dumps(process_usage()) + "\n")  # on the loop's thread
             sys.stdout.flush()
         await server.stop(0)
 

@@ -123,7 +123,9 @@ class ScaleMetadata:
 # -- the coordinator process -----------------------------------------------------------
 
 
-def _usage() -> dict[str, float]:
+def process_usage() -> dict[str, float]:
+    """This process's CPU, the calling thread's CPU (asked on an event loop:
+    the loop's) and memory."""
     status = Path("/proc/self/status").read_text()
     mem = {
         line.split(":")[0]: int(line.split()[1]) / 1024
@@ -132,7 +134,6 @@ def _usage() -> dict[str, float]:
     }
     return {
         "cpu_s": time.process_time(),
-        # asked on the event loop: its thread alone
         "loop_cpu_s": time.thread_time(),
         "rss_mb": mem["VmRSS"],
         "hwm_mb": mem["VmHWM"],
@@ -183,7 +184,7 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
                 if not words or words[0] == "quit":
                     break
                 if words[0] == "usage":
-                    reply(_usage())
+                    reply(process_usage())
                 elif words[0] == "handler":
                     reply(await _handler_cpu(coordinator, words[1], int(words[2]), int(words[3])))
                 elif words[0] == "profile-start":
