@@ -69,7 +69,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from rich.table import Table
 
@@ -87,6 +87,7 @@ from benchmarks._common import (
 from benchmarks.splits_scale import (
     WATERMARK_AGE_VARIABLE,
     CoordinatorChild,
+    LineChild,
     etcd_server,
     process_usage,
     py_spy,
@@ -283,7 +284,8 @@ ECHO_BYTES = 400
 
 def echo_main() -> None:
     """A gRPC asyncio server with nothing but a stream that answers each
-    message with itself; prints its port, then ``usage`` for each line read."""
+    message with itself, driven as a :class:`benchmarks.splits_scale.LineChild`:
+    its address, then its usage for each line read until ``quit``."""
     import asyncio
 
     import grpc
@@ -303,55 +305,13 @@ def echo_main() -> None:
         loop = asyncio.get_running_loop()
         sys.stdout.write(json.dumps({"address": f"127.0.0.1:{port}", "pid": os.getpid()}) + "\n")
         sys.stdout.flush()
-        while await loop.run_in_executor(None, sys.stdin.readline):
+        # "usage" lines until "quit" (or stdin closed: an empty line)
+        while (await loop.run_in_executor(None, sys.stdin.readline)).strip() not in ("", "quit"):
             sys.stdout.write(json.dumps(process_usage()) + "\n")  # on the loop's thread
             sys.stdout.flush()
         await server.stop(0)
 
     asyncio.run(serve())
-
-
-class Served(Protocol):
-    """A server process the simulated queries load: the coordinator or the echo."""
-
-    address: str
-    pid: int
-
-    def usage(self) -> dict[str, float]: ...
-
-
-class EchoChild:
-    """The echo server in a process of its own, measured as the coordinator is."""
-
-    def __init__(self) -> None:
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.planner_load", "echo"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-        )
-        assert self._proc.stdout is not None
-        hello = json.loads(self._proc.stdout.readline())
-        self.address: str = hello["address"]
-        self.pid: int = hello["pid"]
-
-    def usage(self) -> dict[str, float]:
-        assert self._proc.stdin is not None
-        assert self._proc.stdout is not None
-        self._proc.stdin.write("usage\n")
-        self._proc.stdin.flush()
-        result: dict[str, float] = json.loads(self._proc.stdout.readline())
-        return result
-
-    def stop(self) -> None:
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
 
 
 # -- the benchmark ----------------------------------------------------------------------
@@ -392,7 +352,7 @@ def produce(clusters: dict[str, tuple[str, list[str]]], stop: threading.Event) -
         producer.flush(10)
 
 
-def idle_cpu(child: Served, seconds: float) -> float:
+def idle_cpu(child: LineChild, seconds: float) -> float:
     """The server's CPU-seconds per second with no query planning."""
     before = child.usage()
     time.sleep(seconds)
@@ -401,7 +361,7 @@ def idle_cpu(child: Served, seconds: float) -> float:
 
 
 def run_load(
-    child: Served,
+    child: LineChild,
     n: int,
     args: argparse.Namespace,
     work: Path,
@@ -668,7 +628,11 @@ def main(argv: list[str] | None = None) -> int:
             _put_stream(child.address, clusters)
             progress.update(task, description="idle", note="baseline")
             idle = result["idle_cpu_s_per_s"] = idle_cpu(child, args.seconds)
-            echo = EchoChild()
+            echo = LineChild(
+                [sys.executable, "-m", "benchmarks.planner_load", "echo"],
+                work / "echo.log",
+                "echo server",
+            )
             cleanup.callback(echo.stop)
             echo_idle = result["echo_idle_cpu_s_per_s"] = idle_cpu(echo, 2.0)
             progress.update(task, note="in-process Planner calls")

@@ -251,14 +251,17 @@ def _top(stats: Any, n: int) -> list[dict[str, Any]]:
     return rows[:n]
 
 
-class CoordinatorChild:
-    """The coordinator process of one size, driven over its stdin/stdout."""
+class LineChild:
+    """A benchmark's server in a process of its own, driven over its
+    stdin/stdout: it prints a JSON line with its ``address`` and ``pid``,
+    then answers each command line with one JSON line, and ends at ``quit``
+    (or when its stdin closes)."""
 
-    def __init__(self, etcd_url: str, prefix: str, *, fake: bool, log: Path) -> None:
+    def __init__(self, argv: list[str], log: Path, what: str) -> None:
+        self._what = what
         self._log = log.open("w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.splits_scale", "serve", etcd_url, prefix]
-            + (["--fake"] if fake else []),
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
@@ -273,10 +276,10 @@ class CoordinatorChild:
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
         if not ready:
-            raise TimeoutError(f"the coordinator process did not answer; see {self._log.name}")
+            raise TimeoutError(f"the {self._what} process did not answer; see {self._log.name}")
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"the coordinator process exited; see {self._log.name}")
+            raise RuntimeError(f"the {self._what} process exited; see {self._log.name}")
         return json.loads(line)
 
     def ask(self, command: str) -> Any:
@@ -300,6 +303,14 @@ class CoordinatorChild:
                 self.process.kill()
                 self.process.wait()
         self._log.close()
+
+
+class CoordinatorChild(LineChild):
+    """The coordinator process of one size (:func:`serve`)."""
+
+    def __init__(self, etcd_url: str, prefix: str, *, fake: bool, log: Path) -> None:
+        argv = [sys.executable, "-m", "benchmarks.splits_scale", "serve", etcd_url, prefix]
+        super().__init__(argv + (["--fake"] if fake else []), log, "coordinator")
 
 
 @contextmanager
