@@ -287,6 +287,25 @@ class FakeEtcd:
 
 
 @dataclass
+class BlockingRenewals:
+    """A :class:`FakeEtcd` as a lease keeper's blocking client
+    (:class:`~multikafka.coordinator.state.etcd.LeaseRenewals`): each call
+    runs the fake's own on an event loop of the caller's thread."""
+
+    def __init__(self, etcd: FakeEtcd) -> None:
+        self.etcd = etcd
+
+    def keep_alive(self, lease_id: int, timeout_s: float) -> int:
+        return asyncio.run(self.etcd.refresh_lease(lease_id))
+
+    def create_revision(self, key: str, timeout_s: float) -> int | None:
+        kv = asyncio.run(self.etcd.get(key))
+        return None if kv is None else kv.create_revision
+
+    def close(self) -> None:
+        return None
+
+
 class FakeCluster:
     """One Kafka cluster: topics and their partitions, the end offset and
     record times per partition, and whether it answers."""

@@ -1,7 +1,8 @@
 """The coordinator on an etcd that requires TLS with client certificates and
 a user with a password (real etcd, certificates made here): it works with
 the right CA, certificate and password; a wrong password or a missing
-certificate stops it with one line that does not show the password."""
+certificate stops it with one line that does not show the password. The
+lease keeper's own blocking client renews over the same TLS and user."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from multikafka.coordinator import CoordinatorConfig
-from multikafka.coordinator.config import etcd_from
+from multikafka.coordinator.config import EtcdConfig, etcd_from
+from multikafka.coordinator.state.etcd import Etcd, LeaseRenewals
 from multikafka.core.admin_client import AdminClient
+from multikafka.core.exceptions import UnavailableError
 from multikafka.devstack import CoordinatorThread, EtcdServer
 from tests.certs import Certs, make_certs
 from tests.conftest import KafkaClusters
@@ -108,6 +111,48 @@ def test_the_coordinator_works_over_tls_with_a_password(
         assert status.etcd.endpoints == [secure_etcd.server.url]
     finally:
         thread.stop()
+
+
+def _config(secure: SecureEtcd, password_file: Path | None = None) -> EtcdConfig:
+    certs = secure.certs
+    return etcd_from(
+        secure.server.url,
+        ca=str(certs.ca.cert_path),
+        cert=str(certs.client.cert_path),
+        key=str(certs.client.key_path),
+        username="root",
+        password_file=str(password_file or secure.password_file),
+    )
+
+
+async def test_the_lease_keepers_client_renews_over_tls_with_a_password(
+    secure_etcd: SecureEtcd, tmp_path: Path
+) -> None:
+    etcd = Etcd(_config(secure_etcd))
+    await etcd.connect()
+    lease = await etcd.grant_lease(30)
+    key = f"/{uid('renewals')}/leader"
+    try:
+        created, kv = await etcd.create_if_absent(key, b"me", lease)
+        assert created
+        assert kv is not None
+        renewals = LeaseRenewals(_config(secure_etcd))
+        try:
+            assert renewals.keep_alive(lease, 5.0) > 0
+            assert renewals.create_revision(key, 5.0) == kv.create_revision
+        finally:
+            renewals.close()
+        wrong = tmp_path / "wrong-password"
+        wrong.write_text("not-the-password")
+        refused = LeaseRenewals(_config(secure_etcd, wrong))
+        with pytest.raises(UnavailableError) as caught:
+            refused.keep_alive(lease, 5.0)
+        refused.close()
+        assert "authentication failed" in str(caught.value)
+        assert "not-the-password" not in str(caught.value)
+    finally:
+        await etcd.revoke_lease(lease)
+        await etcd.close()
 
 
 def test_a_wrong_password_stops_the_coordinator_in_one_line(

@@ -21,7 +21,7 @@ from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.runtime.election import Election, Replica
 from multikafka.coordinator.state.etcd import KV, Fence, FencedError, FencedEtcd
 from multikafka.core.exceptions import UnavailableError
-from tests.fakes import FakeEtcd
+from tests.fakes import BlockingRenewals, FakeEtcd
 from tests.helpers import eventually_async
 
 PREFIX = "/t"
@@ -124,7 +124,7 @@ class Node:
             on_deposed=self._on_deposed,
             clock=clock or self.clock,
             # The keeper's own client: the same fake, called from its thread.
-            renewal_etcd=(lambda: etcd) if keeper else None,  # type: ignore[arg-type,return-value]
+            renewals=(lambda: BlockingRenewals(etcd)) if keeper else None,  # type: ignore[arg-type,return-value]
         )
         self.task: asyncio.Task[None] | None = None
 

@@ -127,6 +127,13 @@ class Metrics:
             "Renewals of the leader's lease that failed or found it gone.",
             registry=r,
         )
+        self.lease_renewal_seconds = Histogram(
+            "multikafka_lease_renewal_seconds",
+            "How long the leader's lease renewals took (each must finish well inside a "
+            "third of the lease TTL).",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
         self.fenced_writes = Counter(
             "multikafka_fenced_writes",
             "Writes refused because this replica no longer leads (fencing).",

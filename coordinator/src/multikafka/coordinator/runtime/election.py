@@ -12,10 +12,12 @@ it stops acting before etcd can expire the lease (patroni: TTL > loop wait +
 2 x retry timeout). A leader that was paused (GC, SIGSTOP, a partition) wakes
 past that point and knows it no longer leads before it tries anything.
 
-Renewals run on a thread of their own, with their own etcd client
-(:class:`LeaseKeeper`), when the coordinator gives one: a busy event loop
-(a reconcile fanned out to a thousand agents, a large plan) then cannot
-starve them and cost the leadership. Without one they run on the loop.
+Renewals run on a thread of their own, with a blocking etcd client of their
+own (:class:`LeaseKeeper`, :class:`~multikafka.coordinator.state.etcd.LeaseRenewals`),
+when the coordinator gives one: a busy event loop (a reconcile fanned out
+to a thousand agents, a large plan, a thousand queries' triggers) then
+cannot starve them and cost the leadership. Without one they run on the
+loop.
 
 Fencing: :meth:`Election.fence` gives the leader key and the revision that
 created it; every write of the leader's components is a transaction guarded
@@ -35,16 +37,20 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.state.etcd import MALFORMED, Etcd, Fence
 from multikafka.core.exceptions import UnavailableError
 
+if TYPE_CHECKING:
+    from multikafka.coordinator.state.etcd import LeaseRenewals
+
 logger = logging.getLogger(__name__)
 
 Callback = Callable[[], Awaitable[None]]
-#: Makes the etcd client a :class:`LeaseKeeper` renews through (called on its thread).
-EtcdFactory = Callable[[], Etcd]
+#: Makes the blocking etcd client a :class:`LeaseKeeper` renews through (called on its thread).
+RenewalsFactory = Callable[[], "LeaseRenewals"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +94,7 @@ class Election:
         on_elected: Callback,
         on_deposed: Callback,
         clock: Callable[[], float] = time.monotonic,
-        renewal_etcd: EtcdFactory | None = None,
+        renewals: RenewalsFactory | None = None,
     ) -> None:
         self.key = f"{prefix}/leader"
         self.me = me
@@ -100,7 +106,7 @@ class Election:
         self._on_deposed = on_deposed
         self._clock = clock
         #: None: renew on the event loop, through ``etcd``.
-        self._renewal_etcd = renewal_etcd
+        self._renewals = renewals
         #: The keeper of the leadership held now, or last (renewals on their own thread).
         self.keeper: LeaseKeeper | None = None
         #: Create revision of our leader key while we lead.
@@ -210,11 +216,9 @@ class Election:
             "elected leader", extra={"address": self.me.address, "generation": self._revision}
         )
         keeper = None
-        if self._renewal_etcd is not None and self._lease is not None:
+        if self._renewals is not None and self._lease is not None:
             assert self._revision is not None
-            keeper = self.keeper = LeaseKeeper(
-                self, self._renewal_etcd, self._lease, self._revision
-            )
+            keeper = self.keeper = LeaseKeeper(self, self._renewals, self._lease, self._revision)
             keeper.start()
         try:
             await self._on_elected()
@@ -240,23 +244,38 @@ class Election:
             finally:
                 await self._let_go()
 
-    async def _renew(
-        self, etcd: Etcd | None = None, lease: int | None = None, revision: int | None = None
-    ) -> bool:
-        """Renew the lease and check the key is still ours; False: deposed.
-        By default through the loop's client, for the lease and key held now;
-        a :class:`LeaseKeeper` passes its own client and what it keeps."""
-        etcd = etcd or self._etcd
-        lease = self._lease if lease is None else lease
-        revision = self._revision if revision is None else revision
+    async def _renew(self) -> bool:
+        """Renew the lease through the loop's client and check the key is
+        still ours; False: deposed."""
+        lease, revision = self._lease, self._revision
         started = self._clock()
         try:
-            ttl = await asyncio.wait_for(etcd.refresh_lease(lease or 0), self._loop_s)
-            kv = await asyncio.wait_for(etcd.get(self.key), self._loop_s)
+            with self._metrics.lease_renewal_seconds.time():
+                ttl = await asyncio.wait_for(self._etcd.refresh_lease(lease or 0), self._loop_s)
+                kv = await asyncio.wait_for(self._etcd.get(self.key), self._loop_s)
         except (UnavailableError, asyncio.TimeoutError):
             self._metrics.lease_renewals_failed.inc()
             return self.is_leader  # keep going while the last renewal still covers us
-        if ttl <= 0 or kv is None or kv.create_revision != revision:
+        return self._renewed(started, ttl, None if kv is None else kv.create_revision, revision)
+
+    def _renew_blocking(self, renewals: LeaseRenewals, lease: int, revision: int) -> bool:
+        """:meth:`_renew` for a :class:`LeaseKeeper`: on its thread, through
+        its blocking client, for the lease and leadership it keeps."""
+        started = self._clock()
+        try:
+            with self._metrics.lease_renewal_seconds.time():
+                ttl = renewals.keep_alive(lease, self._loop_s)
+                created = renewals.create_revision(self.key, self._loop_s)
+        except UnavailableError:
+            self._metrics.lease_renewals_failed.inc()
+            return self.is_leader
+        return self._renewed(started, ttl, created, revision)
+
+    def _renewed(self, started: float, ttl: int, created: int | None, revision: int | None) -> bool:
+        """A renewal begun at ``started`` found the lease's ``ttl`` and the
+        leader key ``created`` at that revision: whether the leadership of
+        ``revision`` goes on (then valid for 2/3 of the TTL from ``started``)."""
+        if ttl <= 0 or created is None or created != revision:
             self._metrics.lease_renewals_failed.inc()
             return False
         if self._revision == revision:  # still the leadership this renewal is for
@@ -292,17 +311,17 @@ class Election:
 
 
 class LeaseKeeper:
-    """Renews a leader's lease every ``ttl / 3`` on a thread with its own
-    event loop and etcd client, so a busy coordinator loop cannot delay a
-    renewal past the leadership's validity. A renewal that finds the lease
-    or key gone deposes the leader (through its loop); the thread ends when
-    :meth:`stop` is called or the leadership is over."""
+    """Renews a leader's lease every ``ttl / 3`` on a thread of its own,
+    through a blocking etcd client of its own, so a busy coordinator loop
+    cannot delay a renewal past the leadership's validity. A renewal that
+    finds the lease or key gone deposes the leader (through its loop); the
+    thread ends when :meth:`stop` is called or the leadership is over."""
 
     def __init__(
-        self, election: Election, make_etcd: EtcdFactory, lease: int, revision: int
+        self, election: Election, make_renewals: RenewalsFactory, lease: int, revision: int
     ) -> None:
         self._election = election
-        self._make_etcd = make_etcd
+        self._make_renewals = make_renewals
         self._lease = lease
         self._revision = revision
         self._loop = asyncio.get_running_loop()
@@ -316,7 +335,8 @@ class LeaseKeeper:
         self._thread.start()
 
     def stop(self) -> None:
-        """Ends the thread within a renewal interval; never blocks the caller."""
+        """Ends the thread (at once, or after the renewal under way); never
+        blocks the caller."""
         self._stopped.set()
 
     @property
@@ -324,29 +344,19 @@ class LeaseKeeper:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        election = self._election
         try:
-            asyncio.run(self._keep())
+            renewals = self._make_renewals()
         except Exception:
             logger.exception("lease keeper failed; the leader steps down")
             self._depose()
-
-    async def _keep(self) -> None:
-        election = self._election
-        etcd = self._make_etcd()
-        connected = False
+            return
         try:
-            while not self._stopped.is_set():
-                await asyncio.sleep(election._loop_s)
-                if self._stopped.is_set() or election._revision != self._revision:
+            while not self._stopped.wait(election._loop_s):
+                if election._revision != self._revision:
                     return
                 try:
-                    if not connected:
-                        await asyncio.wait_for(etcd.connect(), election._loop_s)
-                        connected = True
-                    renewed = await election._renew(etcd, self._lease, self._revision)
-                except (UnavailableError, asyncio.TimeoutError):
-                    election._metrics.lease_renewals_failed.inc()
-                    renewed = election.is_leader
+                    renewed = election._renew_blocking(renewals, self._lease, self._revision)
                 except Exception:
                     logger.exception("lease renewal failed unexpectedly; trying again")
                     renewed = election.is_leader
@@ -356,7 +366,7 @@ class LeaseKeeper:
                     return
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(etcd.close(), 1.0)
+                renewals.close()
 
     def _depose(self) -> None:
         if not self._stopped.is_set():

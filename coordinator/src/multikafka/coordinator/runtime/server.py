@@ -34,7 +34,7 @@ from multikafka.coordinator.runtime.leader import LeaderDuties
 from multikafka.coordinator.runtime.presence import Presence
 from multikafka.coordinator.runtime.probes import ProbeServer
 from multikafka.coordinator.runtime.services import SERVICE_NAMES, start_grpc_server
-from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd
+from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd, LeaseRenewals
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import NotLeaderError, UnavailableError
@@ -186,7 +186,7 @@ class Coordinator:
             metrics=self.metrics,
             on_elected=self._elected,
             on_deposed=self._deposed,
-            renewal_etcd=lambda: Etcd(self.config.etcd),
+            renewals=lambda: LeaseRenewals(self.config.etcd),
         )
         self._tasks.spawn("election", self.election.run())
         self._tasks.every("presence", self.config.lease_ttl_s / 3, self._announce)
