@@ -43,6 +43,13 @@ and one message each way per trigger on a stream kept open to a bare gRPC
 asyncio echo server in a process of its own (its CPU per message), what a
 trigger's transport costs any Python server.
 
+The Planner alone: its ``LatestOffsets`` called in the coordinator's
+process without gRPC (:func:`benchmarks.splits_scale._handler_cpu`), 100
+queries' calls back to back, and for each N from 100 spaced as N queries'
+calls arrive (the CPU of the loop's wake-ups alone left out): a call that
+finds the loop asleep and the CPU's caches cold costs more than one of a
+busy loop.
+
 The goal (issue 18): at most 1 ms of coordinator CPU per trigger of a
 100-split query, so one leader serves 1,000 such queries at one trigger a
 second, and a client p99 at most 50 ms at 100 queries. ``--profile``
@@ -103,6 +110,10 @@ GOAL_P99_MS = 50.0
 GOAL_AT = 100
 #: Records a second the producer writes over all partitions.
 RATE = 200
+#: The Planner alone is also measured with its calls spaced as N queries'
+#: are, for N from here (fewer would take minutes), over this many queries.
+SPACED_FROM = 100
+SPACED_CALLS = 100
 
 
 # -- the simulated queries (a process of their own) ---------------------------------------
@@ -127,7 +138,15 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     trigger_s = plan["trigger_s"]
     walls: list[float] = []
     counts = {"window": 0, "all": 0, "errors": 0}
+    first_error: list[str] = []
     lock = threading.Lock()
+
+    def failed(exc: Exception) -> None:
+        with lock:
+            counts["errors"] += 1
+            if not first_error:
+                first_error.append(f"{type(exc).__name__}: {exc}"[:500])
+
     ready = threading.Semaphore(0)
     go = threading.Event()
     times: dict[str, float] = {}
@@ -145,9 +164,8 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
             t0 = time.time()
             try:
                 trigger()
-            except Exception:
-                with lock:
-                    counts["errors"] += 1
+            except Exception as exc:
+                failed(exc)
             t1 = time.time()
             with lock:
                 counts["all"] += 1
@@ -182,9 +200,8 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
             channel = grpc.insecure_channel(address)
             outbox: queue.SimpleQueue[planner_pb2.LatestOffsetsRequest | None] = queue.SimpleQueue()
             call = planner_pb2_grpc.PlannerStub(channel).LatestOffsetsStream(iter(outbox.get, None))
-        except Exception:
-            with lock:
-                counts["errors"] += 1
+        except Exception as exc:
+            failed(exc)
             ready.release()
             return
         at = {"start": start, "committed": planner_pb2.OffsetColumns()}
@@ -223,9 +240,8 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
         try:
             reader = MultiKafkaStreamReader(options)
             at: dict[str, Any] = {"begin": reader.initialOffset(), "previous": None}
-        except Exception:
-            with lock:
-                counts["errors"] += 1
+        except Exception as exc:
+            failed(exc)
             ready.release()  # set up as far as it goes: the run does not wait for it
             return
 
@@ -271,7 +287,8 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     for t in threads:
         t.join()
     cpu = time.process_time()
-    sys.stdout.write(json.dumps({"walls_ms": walls, "cpu_s": cpu, **counts}) + "\n")
+    out = {"walls_ms": walls, "cpu_s": cpu, "first_error": first_error[:1], **counts}
+    sys.stdout.write(json.dumps(out) + "\n")
 
 
 # -- the bare echo server (the floor of a message on a stream) -------------------------
@@ -427,6 +444,7 @@ def run_load(
     walls: list[float] = []
     triggers = errors = every = 0
     client_cpu_s = 0.0
+    first_errors: list[str] = []
     for p in procs:
         out, _ = p.communicate(timeout=120 + n)
         if p.returncode:
@@ -435,8 +453,13 @@ def run_load(
         walls += got["walls_ms"]
         triggers += got["window"]
         errors += got["errors"]
+        first_errors += got["first_error"]
         every += got["all"]
         client_cpu_s += got["cpu_s"]
+
+    def grew(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
     cpu_ms = (after["cpu_s"] - before["cpu_s"]) * 1000
     loop_ms = (after["loop_cpu_s"] - before["loop_cpu_s"]) * 1000
     idle_ms = idle_cpu_s_per_s * 1000 * args.seconds
@@ -446,6 +469,7 @@ def run_load(
         "workers": workers,
         "triggers": triggers,
         "errors": errors,
+        "first_error": first_errors[0] if first_errors else None,
         "triggers_per_s": triggers / args.seconds,
         # The clients' own CPU per trigger (every trigger they made, start-up
         # included): what simulating N queries takes from the same machine.
@@ -461,6 +485,12 @@ def run_load(
         "p50_ms": percentile(walls, 50) if walls else float("nan"),
         "p99_ms": percentile(walls, 99) if walls else float("nan"),
         "rss_mb": after["rss_mb"],
+        # The leader lost its leadership (and its queries' streams) in the
+        # window; its lease renewals, and those that took over 0.1 s (none
+        # of these for the echo server).
+        "elections": grew("elections"),
+        "renewals": grew("renewals"),
+        "slow_renewals": grew("renewals_over_100ms"),
     }
 
 
@@ -490,12 +520,20 @@ def plot(result: dict[str, Any], path: Path) -> None:
             )
     handler = result.get("handler")
     if handler:
-        left.plot(
-            [handler["queries"]],
-            [handler["us_per_call"] / 1000],
-            "D",
+        left.axhline(
+            handler["us_per_call"] / 1000,
             color="tab:purple",
-            label="the Planner alone (in-process, no gRPC)",
+            ls=":",
+            label="the Planner alone, calls back to back (in-process)",
+        )
+    spaced = result.get("handler_spaced", [])
+    if spaced:
+        left.plot(
+            [result["config"]["trigger_s"] / h["spacing_s"] for h in spaced],
+            [h["us_per_call"] / 1000 for h in spaced],
+            "D-",
+            color="tab:purple",
+            label="the Planner alone, calls as far apart as N queries'",
         )
     left.axhline(GOAL_CPU_MS, color="grey", ls="--", label=f"goal {GOAL_CPU_MS:g} ms")
     # Log scales need points: every run saturated leaves none.
@@ -536,6 +574,22 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{r['client_cpu_ms_per_trigger']:.2f}",
         )
     console.print(table)
+    for r in result["runs"]:
+        console.print(
+            f"{r['queries']:,} queries: {r['slow_renewals']:.0f} of the leader's "
+            f"{r['renewals']:.0f} lease renewals in the window took over 0.1 s"
+        )
+    for r in (*result["runs"], *result["floor"], *result.get("echo", [])):
+        if r.get("elections"):
+            console.print(
+                f"[red]{r['mode']}, {r['queries']:,} queries: the coordinator lost its "
+                f"leadership {r['elections']} time(s) and was elected again"
+            )
+        if r["errors"]:
+            console.print(
+                f"[red]{r['mode']}, {r['queries']:,} queries: {r['errors']:,} triggers failed; "
+                f"the first: {r['first_error']}"
+            )
     for f in result["floor"]:
         console.print(
             f"floor, {f['queries']:,} clients of one gRPC ping a second: "
@@ -553,6 +607,11 @@ def print_summary(result: dict[str, Any]) -> None:
         console.print(
             f"in-process, no gRPC: {result['handler']['us_per_call']:.0f} us of CPU per "
             f"LatestOffsets (tasks and commit included) of {result['handler']['queries']} queries"
+        )
+    for h in result.get("handler_spaced", []):
+        console.print(
+            f"  the same, calls {h['spacing_s'] * 1000:.2f} ms apart: {h['us_per_call']:.0f} us "
+            f"per call (the loop's wake-ups alone, {h['wake_us']:.0f} us each, left out)"
         )
 
 
@@ -610,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [],
         "floor": [],
         "echo": [],
+        # The Planner alone, its calls as far apart as N queries' are.
+        "handler_spaced": [],
     }
     console.rule("[bold]multikafka planner load")
     work = Path(tempfile.mkdtemp(prefix="multikafka-load-"))
@@ -649,6 +710,11 @@ def main(argv: list[str] | None = None) -> int:
                 if args.profile and n == counts[-1]:
                     prof = OUT_DIR / "planner_load.prof"
                     result["profile_top"] = child.ask(f"profile-stop {prof}")
+                if n >= SPACED_FROM:
+                    progress.update(task, note="in-process Planner calls, spaced")
+                    result["handler_spaced"].append(
+                        child.ask(f"handler {STREAM} {SPACED_CALLS} 6 {args.trigger / n}")
+                    )
                 if n in floor_at:
                     progress.update(task, note="floor: gRPC pings")
                     result["floor"].append(run_load(child, n, args, work, idle, "ping"))

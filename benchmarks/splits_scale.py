@@ -144,7 +144,7 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
     """Run a coordinator in this process and answer the benchmark's commands,
     one a line on stdin, with one JSON line on stdout: ``usage``,
     ``profile-start``, ``profile-stop <path>``, ``handler <stream> <queries>
-    <rounds>`` (:func:`_handler_cpu`), ``quit``."""
+    <rounds> [<spacing s>]`` (:func:`_handler_cpu`), ``quit``."""
     import cProfile
     import pstats
 
@@ -184,9 +184,14 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
                 if not words or words[0] == "quit":
                     break
                 if words[0] == "usage":
-                    reply(process_usage())
+                    reply({**process_usage(), **_leadership(coordinator)})
                 elif words[0] == "handler":
-                    reply(await _handler_cpu(coordinator, words[1], int(words[2]), int(words[3])))
+                    spacing = float(words[4]) if len(words) > 4 else 0.0
+                    reply(
+                        await _handler_cpu(
+                            coordinator, words[1], int(words[2]), int(words[3]), spacing
+                        )
+                    )
                 elif words[0] == "profile-start":
                     profiler.enable()  # this coroutine runs on the loop's thread
                     reply("ok")
@@ -202,13 +207,39 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
     asyncio.run(main())
 
 
-async def _handler_cpu(coordinator: Any, stream: str, queries: int, rounds: int) -> dict[str, Any]:
+def _leadership(coordinator: Any) -> dict[str, float]:
+    """Elections won (more than one: the leadership was lost under load),
+    and the lease renewals so far: how many, and how many took over 0.1 s."""
+    election = coordinator.election
+    buckets = {
+        float(s.labels["le"]): s.value
+        for m in coordinator.metrics.lease_renewal_seconds.collect()
+        for s in m.samples
+        if s.name.endswith("_bucket")
+    }
+    total = buckets.get(float("inf"), 0.0)
+    return {
+        "elections": election.elections if election is not None else 0,
+        "renewals": total,
+        "renewals_over_100ms": total - buckets.get(0.1, 0.0),
+    }
+
+
+async def _handler_cpu(
+    coordinator: Any, stream: str, queries: int, rounds: int, spacing: float = 0.0
+) -> dict[str, Any]:
     """The Planner's own CPU per ``LatestOffsets`` in this process, without
     gRPC: ``queries`` queries in turn, each trigger as the Spark source sends
     it (its start the end it was answered, the commit of the batch before,
     its tasks asked), bytes parsed and the answer serialized; ``rounds``
     rounds 0.1 s apart (new records, new watermarks). Thread CPU per call,
-    median over the rounds after the first."""
+    median over the rounds after the first.
+
+    With ``spacing``, the calls are that many seconds apart, as calls
+    arriving at an idle server are: the loop sleeps between them, and a
+    call finds the CPU's caches cold. The sleeps' own CPU (the same number
+    of wake-ups with no call, measured first) is given as ``wake_us`` and
+    left out of ``us_per_call``."""
     import statistics
 
     from multikafka.coordinator.api.planner import PlannerService
@@ -217,6 +248,12 @@ async def _handler_cpu(coordinator: Any, stream: str, queries: int, rounds: int)
     service = PlannerService(lambda: coordinator.leading().batches, coordinator.store)
     state: dict[str, tuple[bytes, bytes]] = {f"handler-{i:04d}": (b"", b"") for i in range(queries)}
     per_call: list[float] = []
+    wake_us = 0.0
+    if spacing:
+        began = time.thread_time()
+        for _ in range(queries):
+            await asyncio.sleep(spacing)
+        wake_us = (time.thread_time() - began) / queries * 1e6
     for r in range(rounds):
         began = time.thread_time()
         for query, (start, committed) in state.items():
@@ -229,10 +266,17 @@ async def _handler_cpu(coordinator: Any, stream: str, queries: int, rounds: int)
             answer = (await service.LatestOffsets(request, None)).SerializeToString()  # type: ignore[arg-type]
             end = planner_pb2.LatestOffsetsResponse.FromString(answer).end.SerializeToString()
             state[query] = (end, start)
+            if spacing:
+                await asyncio.sleep(spacing)
         if r:
-            per_call.append((time.thread_time() - began) / queries * 1e6)
+            per_call.append((time.thread_time() - began) / queries * 1e6 - wake_us)
         await asyncio.sleep(0.1)
-    return {"queries": queries, "us_per_call": statistics.median(per_call)}
+    return {
+        "queries": queries,
+        "spacing_s": spacing,
+        "us_per_call": statistics.median(per_call),
+        "wake_us": wake_us,
+    }
 
 
 def _top(stats: Any, n: int) -> list[dict[str, Any]]:
