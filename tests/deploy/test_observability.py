@@ -343,6 +343,7 @@ def test_dashboard_shows_what_an_operator_needs() -> None:
         "multikafka_leader",
         "multikafka_elections_total",
         "multikafka_lease_renewals_failed_total",
+        "multikafka_lease_renewal_seconds_bucket",
         "multikafka_fenced_writes_total",
         "multikafka_metadata_rejected_total",
         "multikafka_abandoned_ranges_total",
