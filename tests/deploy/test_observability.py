@@ -456,6 +456,7 @@ ALERTS = (
     "MultikafkaNoLeader",
     "MultikafkaLeaderFlapping",
     "MultikafkaLeaseRenewalsFailing",
+    "MultikafkaLeaseRenewalsSlow",
     "MultikafkaFencedWrites",
     "MultikafkaMetadataRejected",
     "MultikafkaDataLoss",
@@ -528,6 +529,7 @@ def test_values_reach_the_rules(render: Render) -> None:
                     "clusterUnreachable": {"for": "3m", "severity": "warning"},
                     "leaderFlapping": {"threshold": 7, "window": "2h"},
                     "reconcileSlow": {"thresholdSeconds": 2.5},
+                    "leaseRenewalsSlow": {"thresholdSeconds": 0.25, "window": "3m"},
                     "fencedWrites": {"enabled": False},
                 },
             }
@@ -544,6 +546,8 @@ def test_values_reach_the_rules(render: Render) -> None:
     assert "[2h]" in rules["MultikafkaLeaderFlapping"]["expr"]
     assert rules["MultikafkaLeaderFlapping"]["expr"].endswith("> 7")
     assert rules["MultikafkaReconcileSlow"]["expr"].endswith("> 2.5")
+    assert rules["MultikafkaLeaseRenewalsSlow"]["expr"].endswith("> 0.25")
+    assert "[3m]" in rules["MultikafkaLeaseRenewalsSlow"]["expr"]
     for name, rule in rules.items():
         assert rule["labels"]["team"] == "data", name
         assert rule["annotations"]["runbook_url"].startswith("https://git.example.com/"), name
@@ -901,6 +905,10 @@ def test_promtool_renders_the_annotations(
         (
             {"prometheusRule": {"alerts": {"reconcileSlow": {"thresholdSeconds": 30}}}},
             "/prometheusRule/alerts/reconcileSlow/thresholdSeconds",
+        ),
+        (
+            {"prometheusRule": {"alerts": {"leaseRenewalsSlow": {"thresholdSeconds": 10}}}},
+            "/prometheusRule/alerts/leaseRenewalsSlow/thresholdSeconds",
         ),
         ({"prometheusRule": {"alerts": {"lagGrowin": {}}}}, "'lagGrowin'"),
         ({"grafana": {"dashboard": {"enable": True}}}, "'enable'"),

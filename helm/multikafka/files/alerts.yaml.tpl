@@ -160,6 +160,24 @@ groups:
             reach, and the leader is about to lose (or lost) its leadership.
           runbook_url: "{{ $runbook }}multikafkaleaserenewalsfailing"
 {{- end }}{{ end }}
+{{- with $a.leaseRenewalsSlow }}{{ if .enabled }}
+      - alert: MultikafkaLeaseRenewalsSlow
+        expr: |-
+          histogram_quantile(0.99,
+            sum by (namespace, job, instance, le) (rate(multikafka_lease_renewal_seconds_bucket{{ $sel }}[{{ .window }}]))
+          ) > {{ .thresholdSeconds }}
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $p.alertLabels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: "Leader lease renewals are slow on {{ $instance }}"
+          description: >-
+            99% of the leader's etcd lease renewals on {{ $instance }} took up to {{ $value }}s
+            (more than {{ .thresholdSeconds }}s) for {{ .for }}. A renewal must finish within
+            a third of the lease TTL: slower ones lose the leadership.
+          runbook_url: "{{ $runbook }}multikafkaleaserenewalsslow"
+{{- end }}{{ end }}
 {{- with $a.fencedWrites }}{{ if .enabled }}
       - alert: MultikafkaFencedWrites
         expr: |-
