@@ -283,10 +283,6 @@ class FakeEtcd:
         return "fake"
 
 
-# -- Kafka ----------------------------------------------------------------------
-
-
-@dataclass
 class BlockingRenewals:
     """A :class:`FakeEtcd` as a lease keeper's blocking client
     (:class:`~multikafka.coordinator.state.etcd.LeaseRenewals`): each call
@@ -306,6 +302,10 @@ class BlockingRenewals:
         return None
 
 
+# -- Kafka ----------------------------------------------------------------------
+
+
+@dataclass
 class FakeCluster:
     """One Kafka cluster: topics and their partitions, the end offset and
     record times per partition, and whether it answers."""
