@@ -110,10 +110,11 @@ GOAL_P99_MS = 50.0
 GOAL_AT = 100
 #: Records a second the producer writes over all partitions.
 RATE = 200
+#: Queries of the Planner-alone measurement (back to back, and spaced).
+HANDLER_QUERIES = 100
 #: The Planner alone is also measured with its calls spaced as N queries'
-#: are, for N from here (fewer would take minutes), over this many queries.
+#: are, for N from here (fewer would take minutes).
 SPACED_FROM = 100
-SPACED_CALLS = 100
 
 
 # -- the simulated queries (a process of their own) ---------------------------------------
@@ -287,7 +288,7 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     for t in threads:
         t.join()
     cpu = time.process_time()
-    out = {"walls_ms": walls, "cpu_s": cpu, "first_error": first_error[:1], **counts}
+    out = {"walls_ms": walls, "cpu_s": cpu, "first_error": first_error, **counts}
     sys.stdout.write(json.dumps(out) + "\n")
 
 
@@ -697,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
             cleanup.callback(echo.stop)
             echo_idle = result["echo_idle_cpu_s_per_s"] = idle_cpu(echo, 2.0)
             progress.update(task, note="in-process Planner calls")
-            result["handler"] = child.ask(f"handler {STREAM} 100 20")
+            result["handler"] = child.ask(f"handler {STREAM} {HANDLER_QUERIES} 20")
             floor_at = {int(x) for x in args.floor.split(",") if x.strip()}
             for n in counts:
                 progress.update(task, description=f"{n:,} queries", note="running")
@@ -713,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                 if n >= SPACED_FROM:
                     progress.update(task, note="in-process Planner calls, spaced")
                     result["handler_spaced"].append(
-                        child.ask(f"handler {STREAM} {SPACED_CALLS} 6 {args.trigger / n}")
+                        child.ask(f"handler {STREAM} {HANDLER_QUERIES} 6 {args.trigger / n}")
                     )
                 if n in floor_at:
                     progress.update(task, note="floor: gRPC pings")

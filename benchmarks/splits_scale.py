@@ -211,17 +211,13 @@ def _leadership(coordinator: Any) -> dict[str, float]:
     """Elections won (more than one: the leadership was lost under load),
     and the lease renewals so far: how many, and how many took over 0.1 s."""
     election = coordinator.election
-    buckets = {
-        float(s.labels["le"]): s.value
-        for m in coordinator.metrics.lease_renewal_seconds.collect()
-        for s in m.samples
-        if s.name.endswith("_bucket")
-    }
-    total = buckets.get(float("inf"), 0.0)
+    sample = coordinator.metrics.registry.get_sample_value
+    total = sample("multikafka_lease_renewal_seconds_count") or 0.0
     return {
         "elections": election.elections if election is not None else 0,
         "renewals": total,
-        "renewals_over_100ms": total - buckets.get(0.1, 0.0),
+        "renewals_over_100ms": total
+        - (sample("multikafka_lease_renewal_seconds_bucket", {"le": "0.1"}) or 0.0),
     }
 
 
