@@ -44,6 +44,17 @@ class SecureEtcd:
         flags += ["--etcd-password-file", str(password_file or self.password_file)]
         return [*flags, "--etcd-wait", "2"]
 
+    def config(self, *, password_file: Path | None = None) -> EtcdConfig:
+        """The same settings as :meth:`flags`, as the coordinator's config."""
+        return etcd_from(
+            self.server.url,
+            ca=str(self.certs.ca.cert_path),
+            cert=str(self.certs.client.cert_path),
+            key=str(self.certs.client.key_path),
+            username="root",
+            password_file=str(password_file or self.password_file),
+        )
+
 
 @pytest.fixture(scope="module")
 def secure_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureEtcd]:
@@ -79,16 +90,8 @@ def secure_etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureEtcd
 def test_the_coordinator_works_over_tls_with_a_password(
     secure_etcd: SecureEtcd, kafka: KafkaClusters
 ) -> None:
-    certs = secure_etcd.certs
     config = CoordinatorConfig(
-        etcd=etcd_from(
-            secure_etcd.server.url,
-            ca=str(certs.ca.cert_path),
-            cert=str(certs.client.cert_path),
-            key=str(certs.client.key_path),
-            username="root",
-            password_file=str(secure_etcd.password_file),
-        ),
+        etcd=secure_etcd.config(),
         etcd_prefix=f"/secure-{uid('p')}",
         listen="127.0.0.1:0",
         # The subject is TLS and the password, not lease timing: a long lease
@@ -113,22 +116,10 @@ def test_the_coordinator_works_over_tls_with_a_password(
         thread.stop()
 
 
-def _config(secure: SecureEtcd, password_file: Path | None = None) -> EtcdConfig:
-    certs = secure.certs
-    return etcd_from(
-        secure.server.url,
-        ca=str(certs.ca.cert_path),
-        cert=str(certs.client.cert_path),
-        key=str(certs.client.key_path),
-        username="root",
-        password_file=str(password_file or secure.password_file),
-    )
-
-
 async def test_the_lease_keepers_client_renews_over_tls_with_a_password(
     secure_etcd: SecureEtcd, tmp_path: Path
 ) -> None:
-    etcd = Etcd(_config(secure_etcd))
+    etcd = Etcd(secure_etcd.config())
     await etcd.connect()
     lease = await etcd.grant_lease(30)
     key = f"/{uid('renewals')}/leader"
@@ -136,7 +127,7 @@ async def test_the_lease_keepers_client_renews_over_tls_with_a_password(
         created, kv = await etcd.create_if_absent(key, b"me", lease)
         assert created
         assert kv is not None
-        renewals = LeaseRenewals(_config(secure_etcd))
+        renewals = LeaseRenewals(secure_etcd.config())
         try:
             assert renewals.keep_alive(lease, 5.0) > 0
             assert renewals.create_revision(key, 5.0) == kv.create_revision
@@ -144,7 +135,7 @@ async def test_the_lease_keepers_client_renews_over_tls_with_a_password(
             renewals.close()
         wrong = tmp_path / "wrong-password"
         wrong.write_text("not-the-password")
-        refused = LeaseRenewals(_config(secure_etcd, wrong))
+        refused = LeaseRenewals(secure_etcd.config(password_file=wrong))
         with pytest.raises(UnavailableError) as caught:
             refused.keep_alive(lease, 5.0)
         refused.close()
