@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from multikafka.devstack import CoordinatorThread, EtcdServer, TansuBroker
+from multikafka.devstack import CoordinatorThread, EtcdServer, TansuBroker, free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -170,7 +170,11 @@ def coordinator_config(etcd: str, **overrides: Any) -> CoordinatorConfig:
 
     values = {**FAST_COORDINATOR, **overrides}
     values.setdefault("etcd_prefix", f"/multikafka-test/{uuid.uuid4().hex[:8]}")
-    return CoordinatorConfig(etcd=EtcdEndpoint.parse(etcd), listen="127.0.0.1:0", **values)
+    # Not port 0: a stopped coordinator's clients go on calling its port
+    # (free_port says why that must not be an ephemeral one).
+    return CoordinatorConfig(
+        etcd=EtcdEndpoint.parse(etcd), listen=f"127.0.0.1:{free_port()}", **values
+    )
 
 
 @pytest.fixture(scope="session")
@@ -219,7 +223,6 @@ def agents() -> Iterator[list[ReaderAgent]]:
 def spark() -> Iterator[SparkSession]:
     """The one Spark of the test session (local[2]): this classic session,
     and a Spark Connect server on the same Spark (:func:`connect_spark`)."""
-    from multikafka.devstack.processes import free_port
     from multikafka.devstack.spark import local_spark
 
     session = local_spark("multikafka-tests", connect_port=free_port())

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -26,11 +27,43 @@ from multikafka.core.retry import Backoff, poll, retry
 logger = logging.getLogger(__name__)
 
 
+#: Where :func:`free_port` looks first: above the well-known and most
+#: registered service ports, below Linux's default ephemeral range.
+_FIRST_FREE_PORT = 10_000
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel picks ports from itself (a bind to port 0, the
+    local end of an outgoing connection); Linux's default where unreadable."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 nobody uses right now, outside the kernel's
+    ephemeral range. A process of the stack that is stopped leaves clients
+    that keep calling its port (librdkafka, gRPC); were that port one the
+    kernel hands out, the next process to listen on an ephemeral port (a
+    Spark driver waiting for its Python worker to call back) could be
+    reached by them instead of the peer it waits for. And no outgoing
+    connection can take the port between this call and the child's bind."""
+    low, _ = ephemeral_ports()
+    if low - _FIRST_FREE_PORT < 1_000:  # a kernel that hands out (nearly) every port
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    for _ in range(200):
+        port = random.randrange(_FIRST_FREE_PORT, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise UnavailableError(f"no free port on 127.0.0.1 in {_FIRST_FREE_PORT}-{low - 1}")
 
 
 def wait_for_port(port: int, timeout_s: float = 20.0, host: str = "127.0.0.1") -> None:
