@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from multikafka.devstack import CoordinatorThread, EtcdServer, TansuBroker, free_port
+from multikafka.devstack.processes import stop_together
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -139,11 +140,8 @@ class KafkaClusters:
         return Cluster(cluster.name, broker.bootstrap, broker)
 
     def stop(self) -> None:
-        for broker in self._private:
-            broker.stop()
-        for c in self._shared:
-            if c.broker is not None:
-                c.broker.stop()
+        brokers = self._private + [c.broker for c in self._shared if c.broker is not None]
+        stop_together([broker.process for broker in brokers])
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import venv
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -32,7 +33,9 @@ class Env:
     """A fresh virtual environment."""
 
     def __init__(self, root: Path) -> None:
-        venv.create(root, with_pip=True)
+        # No pip of its own (ensurepip takes 3.5 s an environment): the test
+        # session's pip installs into it (:meth:`pip`).
+        venv.create(root, with_pip=False)
         self.root = root
         self.bin = root / "bin"
         self.python = str(self.bin / "python")
@@ -50,14 +53,16 @@ class Env:
             cwd=self.root,
         )
 
+    def pip(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        """pip (the test session's) on this environment."""
+        return self.run(sys.executable, "-m", "pip", "--python", self.python, *args, **env)
+
     def install(self, dist: Path, *names: str, **env: str) -> None:
-        got = self.run(
-            self.python, "-m", "pip", "install", "--find-links", str(dist), *names, **env
-        )
+        got = self.pip("install", "--find-links", str(dist), *names, **env)
         assert got.returncode == 0, got.stderr[-3000:]
 
     def distributions(self) -> set[str]:
-        got = self.run(self.python, "-m", "pip", "list", "--format=freeze")
+        got = self.pip("list", "--format=freeze")
         assert got.returncode == 0, got.stderr
         return {line.split("==")[0].lower().replace("_", "-") for line in got.stdout.split()}
 

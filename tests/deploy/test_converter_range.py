@@ -57,10 +57,7 @@ def test_a_layout_it_does_not_know_is_read_through_the_accessors(
     the path: ``auto`` is ``c-accessors`` (about half the Python converter's
     CPU), not Python, and the log says why once."""
     before = tmp_path / "before"
-    got = newest_reader.run(
-        newest_reader.python,
-        "-m",
-        "pip",
+    got = newest_reader.pip(
         "install",
         "--quiet",
         "--no-deps",

@@ -15,6 +15,7 @@ from multikafka.devstack.processes import (
     EtcdServer,
     TansuBroker,
     free_port,
+    stop_together,
     temp_work_dir,
 )
 
@@ -79,8 +80,7 @@ class LocalStack:
     def stop(self) -> None:
         if self.coordinator is not None:
             self.coordinator.stop()
-        for broker in self.clusters.values():
-            broker.stop()
+        stop_together([broker.process for broker in self.clusters.values()])
         self.etcd.stop()
 
 

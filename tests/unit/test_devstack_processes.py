@@ -1,0 +1,92 @@
+"""The local stack's processes: their ports lie outside the kernel's ephemeral
+range (clients of a stopped process keep calling its port, and must not reach
+a process that the kernel gave that port to: a Spark driver waiting for its
+Python worker), and several stop at once."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from multikafka.devstack import processes
+from multikafka.devstack.processes import (
+    ManagedProcess,
+    ephemeral_ports,
+    free_port,
+    stop_together,
+)
+from tests.helpers import eventually
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_bindable() -> None:
+    low, high = ephemeral_ports()
+    assert 1024 <= low < high
+    for _ in range(50):
+        port = free_port()
+        assert 10_000 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_port_in_use_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        used = taken.getsockname()[1]
+        draws = iter([used, used])
+        randrange = processes.random.randrange
+        monkeypatch.setattr(
+            processes.random, "randrange", lambda a, b: next(draws, None) or randrange(a, b)
+        )
+        port = free_port()
+        assert next(draws, None) is None  # both draws of the taken port were made
+        assert port != used
+
+
+def test_a_kernel_that_hands_out_every_port_gets_one_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(processes, "ephemeral_ports", lambda: (1024, 65535))
+    monkeypatch.setattr(processes.random, "randrange", lambda a, b: pytest.fail("not asked"))
+    port = free_port()
+    assert 1024 <= port <= 65535
+
+
+#: A child that, asked to exit, takes a while (as a tansu broker draining a
+#: fetching client does): its lines say when it was asked and when it exits.
+_SLOW_EXIT = """
+import signal, sys, time
+def bye(*_):
+    print("asked", time.monotonic(), flush=True)
+    time.sleep(0.5)
+    print("exits", time.monotonic(), flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_processes_stopped_together_are_all_asked_before_any_is_waited_for(
+    tmp_path: Path,
+) -> None:
+    children = [
+        ManagedProcess(f"slow{i}", [sys.executable, "-c", _SLOW_EXIT], tmp_path) for i in range(3)
+    ]
+    for child in children:
+        child.start()
+
+    def lines(child: ManagedProcess) -> dict[str, float]:
+        words = (w.split() for w in child.log_path.read_text().splitlines())
+        return {w[0]: float(w[1]) if len(w) > 1 else 0.0 for w in words if w}
+
+    eventually(lambda: all("ready" in lines(c) for c in children))
+    stop_together(children)
+    seen = [lines(c) for c in children]
+    assert not any(c.alive() for c in children)
+    # Every child was asked before the first one exited: no stop waited for another.
+    assert max(s["asked"] for s in seen) < min(s["exits"] for s in seen), seen
