@@ -94,9 +94,9 @@ def local_stack(
     **coordinator_config: object,
 ) -> Iterator[LocalStack]:
     """Start etcd, one tansu broker per name in ``clusters`` and (unless
-    ``coordinator_listen`` is None) a coordinator (on a free port if it is
-    empty); stop them all on exit, and
-    delete the work directory if this function made it."""
+    ``coordinator_listen`` is None) a coordinator, on a :func:`free_port` if
+    ``coordinator_listen`` is empty; stop them all on exit, and delete the
+    work directory if this function made it."""
     wd = work_dir or temp_work_dir()
     stack = LocalStack(wd, EtcdServer(wd, port=etcd_port))
     try:
