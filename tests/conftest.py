@@ -168,11 +168,7 @@ def coordinator_config(etcd: str, **overrides: Any) -> CoordinatorConfig:
 
     values = {**FAST_COORDINATOR, **overrides}
     values.setdefault("etcd_prefix", f"/multikafka-test/{uuid.uuid4().hex[:8]}")
-    # Not port 0: a stopped coordinator's clients go on calling its port
-    # (free_port says why that must not be an ephemeral one).
-    return CoordinatorConfig(
-        etcd=EtcdEndpoint.parse(etcd), listen=f"127.0.0.1:{free_port()}", **values
-    )
+    return CoordinatorConfig(etcd=EtcdEndpoint.parse(etcd), listen="127.0.0.1:0", **values)
 
 
 @pytest.fixture(scope="session")

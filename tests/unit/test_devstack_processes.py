@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from multikafka.coordinator import CoordinatorConfig, EtcdEndpoint
 from multikafka.devstack import processes
 from multikafka.devstack.processes import (
+    CoordinatorThread,
     ManagedProcess,
     ephemeral_ports,
     free_port,
@@ -53,6 +55,18 @@ def test_a_kernel_that_hands_out_every_port_gets_one_of_its_own(
     monkeypatch.setattr(processes.random, "randrange", lambda a, b: pytest.fail("not asked"))
     port = free_port()
     assert 1024 <= port <= 65535
+
+
+def test_a_coordinator_asked_for_any_port_gets_a_free_port() -> None:
+    etcd = EtcdEndpoint.parse("http://127.0.0.1:2379")
+    thread = CoordinatorThread(CoordinatorConfig(etcd=etcd, listen="127.0.0.1:0"))
+    thread.stop()  # never started: closes its loop
+    host, _, port = thread.config.listen.rpartition(":")
+    assert host == "127.0.0.1"
+    assert 10_000 <= int(port) < ephemeral_ports()[0]
+    given = CoordinatorThread(CoordinatorConfig(etcd=etcd, listen="127.0.0.1:7070"))
+    given.stop()
+    assert given.config.listen == "127.0.0.1:7070"
 
 
 #: A child that, asked to exit, takes a while (as a tansu broker draining a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -372,6 +373,9 @@ class CoordinatorThread:
     synchronous code (tests, the demo, Spark) can use it next door."""
 
     def __init__(self, config: CoordinatorConfig) -> None:
+        host, _, port = config.listen.rpartition(":")
+        if port == "0":  # a free_port, not one the kernel picks (free_port says why)
+            config = dataclasses.replace(config, listen=f"{host}:{free_port()}")
         self.config = config
         self.coordinator: Coordinator | None = None
         self._loop = asyncio.new_event_loop()

@@ -14,7 +14,6 @@ from multikafka.devstack.processes import (
     CoordinatorThread,
     EtcdServer,
     TansuBroker,
-    free_port,
     stop_together,
     temp_work_dir,
 )
@@ -69,10 +68,9 @@ class LocalStack:
         self.clusters[name] = broker
         return broker
 
-    def start_coordinator(self, *, listen: str = "", **config: object) -> CoordinatorThread:
-        """A coordinator on ``listen`` (host:port), by default on a
-        :func:`free_port` of 127.0.0.1."""
-        listen = listen or f"127.0.0.1:{free_port()}"
+    def start_coordinator(
+        self, *, listen: str = "127.0.0.1:0", **config: object
+    ) -> CoordinatorThread:
         cfg = CoordinatorConfig(etcd=EtcdEndpoint.parse(self.etcd.url), listen=listen, **config)  # type: ignore[arg-type]
         self.coordinator = CoordinatorThread(cfg).start()
         return self.coordinator
@@ -90,13 +88,12 @@ def local_stack(
     *,
     work_dir: Path | None = None,
     etcd_port: int = 0,
-    coordinator_listen: str | None = "",
+    coordinator_listen: str | None = "127.0.0.1:0",
     **coordinator_config: object,
 ) -> Iterator[LocalStack]:
     """Start etcd, one tansu broker per name in ``clusters`` and (unless
-    ``coordinator_listen`` is None) a coordinator, on a :func:`free_port` if
-    ``coordinator_listen`` is empty; stop them all on exit, and delete the
-    work directory if this function made it."""
+    ``coordinator_listen`` is None) a coordinator; stop them all on exit, and
+    delete the work directory if this function made it."""
     wd = work_dir or temp_work_dir()
     stack = LocalStack(wd, EtcdServer(wd, port=etcd_port))
     try:
