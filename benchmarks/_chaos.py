@@ -48,6 +48,7 @@ from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
 from multikafka.devstack.feed import Feed, create_topics
 from multikafka.devstack.mirror import create_syncs_topic
 from multikafka.devstack.offset_syncs import OffsetSyncWriter
+from multikafka.devstack.processes import stop_together
 from multikafka.devstack.stack import stream_doc
 
 STREAM = "soak"
@@ -225,8 +226,7 @@ class World:
             self.admin.close()
         for r in self.replicas:
             r.stop()
-        for m in self.members:
-            m.broker.stop()
+        stop_together([m.broker.process for m in self.members])
         self.etcd.stop()
 
     # -- the stream ------------------------------------------------------------------
