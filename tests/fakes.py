@@ -28,7 +28,7 @@ from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
 from multikafka.coordinator.clusters.discovery import Discovery
-from multikafka.coordinator.clusters.kafka import OffsetQuery, RawRecord
+from multikafka.coordinator.clusters.kafka import OffsetQuery, RawRecord, Visit
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
@@ -50,6 +50,7 @@ from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.queries import QueryStore
 from multikafka.coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
 from multikafka.core.exceptions import ConflictError, UnavailableError
+from multikafka.core.fingerprint import Fingerprint, fingerprint
 from multikafka.core.model import Connection
 
 # -- etcd ---------------------------------------------------------------------
@@ -320,6 +321,11 @@ class FakeCluster:
     stable: dict[tuple[str, int], int] = field(default_factory=dict)
     #: (topic, partition) -> record time (ms) of each offset, in offset order
     times: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    #: (topic, partition) -> key and value of each offset, where a test gave
+    #: them (default: no key, the value ``b"<offset>"``)
+    contents: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = field(
+        default_factory=dict
+    )
     down: bool = False
     calls: int = 0
     clients: int = 0
@@ -334,12 +340,56 @@ class FakeCluster:
         records = self.internal.setdefault(topic, {}).setdefault(partition, [])
         records.append(RawRecord(partition, len(records), key, value, timestamp_ms))
 
-    def add_records(self, topic: str, partition: int, times_ms: Sequence[int]) -> None:
-        """Append records with these record times to a partition."""
+    def add_records(
+        self,
+        topic: str,
+        partition: int,
+        times_ms: Sequence[int],
+        contents: Sequence[tuple[bytes | None, bytes | None]] | None = None,
+    ) -> None:
+        """Append records with these record times (and keys and values) to a partition."""
         tp = (topic, partition)
+        start = self.earliest.get(tp, 0) + len(self.times.get(tp, []))
         self.times.setdefault(tp, []).extend(times_ms)
+        self.contents.setdefault(tp, []).extend(
+            contents
+            if contents is not None
+            else [(None, b"%d" % (start + i)) for i in range(len(times_ms))]
+        )
         self.latest[tp] = self.earliest.get(tp, 0) + len(self.times[tp])
         self.counts[topic] = max(self.counts.get(topic, 0), partition + 1)
+
+    def record(self, topic: str, partition: int, offset: int) -> FakeRecord:
+        """The record at ``offset``."""
+        tp = (topic, partition)
+        i = offset - self.earliest.get(tp, 0)
+        key, value = self.contents[tp][i]
+        return FakeRecord(offset, self.times[tp][i], key, value)
+
+
+@dataclass(frozen=True)
+class FakeRecord:
+    """A record as :meth:`FakeMetadataClient.scan` hands it over."""
+
+    _offset: int
+    _timestamp: int
+    _key: bytes | None
+    _value: bytes | None
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp)
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def fingerprint(self) -> Fingerprint:
+        return fingerprint(self._key, self._value, self._timestamp)
 
 
 class FakeMetadataClient:
@@ -349,6 +399,8 @@ class FakeMetadataClient:
         self.cluster = cluster
         cluster.clients += 1
         self.closed = False
+        #: Records :meth:`scan` handed over.
+        self.scanned = 0
         #: (reader, internal topic, partition) -> next offset :meth:`read_records` reads
         self.read_at: dict[tuple[str, str, int], int] = {}
 
@@ -413,6 +465,21 @@ class FakeMetadataClient:
         for key in [k for k in self.read_at if k[0] == reader]:
             del self.read_at[key]
 
+    def scan(
+        self,
+        windows: Mapping[tuple[str, int], tuple[int, int]],
+        visit: Visit,
+        timeout_s: float,
+    ) -> None:
+        self._ask()
+        c = self.cluster
+        for (topic, partition), (start, end) in windows.items():
+            first = max(start, c.earliest.get((topic, partition), 0))
+            for offset in range(first, min(end, c.latest.get((topic, partition), 0))):
+                self.scanned += 1
+                if not visit((topic, partition), c.record(topic, partition, offset)):
+                    break
+
     def close(self) -> None:
         self.closed = True
 
@@ -437,8 +504,14 @@ class FakeKafka:
 
 
 #: Backoffs short enough for tests; loops never run on their own in these tests.
+#: Translations do not wait for marks (tests of the wait make a translator of
+#: their own).
 FAKE_CONFIG = CoordinatorConfig(
-    unreachable_backoff_s=0.0, cluster_timeout_s=0.1, reader_ttl_s=60.0, kafka_threads=2
+    unreachable_backoff_s=0.0,
+    cluster_timeout_s=0.1,
+    reader_ttl_s=60.0,
+    kafka_threads=2,
+    translation_wait_s=0.0,
 )
 
 

@@ -1217,6 +1217,9 @@ def reader_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
                     "query_id",
                     "agent_id",
                     "mark-offset",
+                    "mark-next",
+                    "mark-fingerprints",
+                    "passed-span",
                     "range",
                     "abandoned-shape",
                 ]
@@ -1231,6 +1234,45 @@ def reader_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
         reader_pb2.ReadMark(split=w.split, last_offset=o, last_timestamp_ms=t)
         for o, t in draw(st.lists(st.tuples(offsets, st.integers(0, 2**41)), max_size=3))
     ]
+    # how far reads went, with fingerprints (valid: the defects below spoil them)
+    marks += [
+        reader_pb2.ReadMark(
+            split=w.split,
+            last_offset=o,
+            last_timestamp_ms=t,
+            next_offset=o + 1 + n,
+            from_offset=max(o - 3, 0),
+            fingerprint_times=[t],
+            fingerprint_digests=[draw(st.integers(0, 2**64 - 1))],
+        )
+        for o, t, n in draw(
+            st.lists(st.tuples(offsets, st.integers(0, 2**41), st.integers(0, 5)), max_size=2)
+        )
+    ]
+    passed = []
+    if "mark-next" in defects:  # not past its last record, or its start after it
+        o = draw(st.integers(1, 10**6))
+        bad = reader_pb2.ReadMark(split=w.split, last_offset=o, next_offset=o)
+        if draw(st.booleans()):
+            bad.next_offset = draw(st.integers(1, o))
+        else:
+            bad.next_offset = o + 1
+            bad.from_offset = draw(st.sampled_from([o + 1, -1, -(2**63)]))
+        marks.insert(draw(st.integers(0, len(marks))), bad)
+    if "mark-fingerprints" in defects:  # times and digests apart, or too many
+        n = draw(st.integers(0, 20))
+        bad = reader_pb2.ReadMark(
+            split=w.split,
+            last_offset=5,
+            next_offset=6,
+            fingerprint_times=[1] * n,
+            fingerprint_digests=[2] * (n + 1 if n <= 16 else n),
+        )
+        marks.insert(draw(st.integers(0, len(marks))), bad)
+    if "passed-span" in defects:
+        frm = draw(st.integers(-(2**63), 10**6))
+        until = draw(st.integers(-(2**63), frm)) if frm >= 0 else frm + 1
+        passed.append(reader_pb2.ReadSpan(split=w.split, from_offset=frm, next_offset=until))
     abandoned = [
         (w.split, a, a + n) for a, n in draw(st.lists(st.tuples(offsets, offsets), max_size=2))
     ]
@@ -1276,6 +1318,7 @@ def reader_requests(draw: st.DrawFn, w: World) -> tuple[str, Message]:
         query_id=draw(LONG_ID) if "query_id" in defects else "q-fuzz",
         marks=marks,
         abandoned=columns,
+        passed=passed,
     )
 
 

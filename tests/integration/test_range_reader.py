@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from multikafka import DataLossError
 from multikafka.core import env
 from multikafka.core._secrets import Properties
+from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
 from multikafka.core.model import Connection
 from multikafka.core.ranges import SplitRange
 from multikafka.devstack.feed import create_topics
@@ -178,5 +179,100 @@ def test_ranges_of_a_transactional_topic_end_at_their_markers(kafka: KafkaCluste
             read.join(20)
             assert not read.is_alive(), f"the read of [{start}, {until}) did not end"
             assert got == [[o for o in offsets if start <= o < until]]
+    finally:
+        reader.close()
+
+
+def _fingerprints_on_the_broker(
+    bootstrap: str, topic: str, partition: int, start: int, until: int
+) -> list[Fingerprint]:
+    """Fingerprints of ``[start, until)`` as the coordinator computes them,
+    from the records a plain consumer fetches."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": uid("g"), "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        out: list[Fingerprint] = []
+        while len(out) < until - start:
+            for m in consumer.consume(until - start - len(out), timeout=5):
+                assert m.error() is None
+                out.append(fingerprint(m.key(), m.value(), m.timestamp()[1]))
+        return out
+    finally:
+        consumer.close()
+
+
+def test_each_range_read_says_how_far_it_went_and_fingerprints_its_last_records(
+    kafka: KafkaClusters, reader: KafkaRangeReader
+) -> None:
+    """What failover translation starts from: per range, the offset it went
+    on to, its last record, and the fingerprints of its last records, equal
+    to those the coordinator computes from the same records. The second read
+    continues on what the first fetched past its ranges (leftovers)."""
+    (a,) = kafka.shared(1)
+    topic = uid("fp")
+    create_topics(a.bootstrap, {topic: 2})
+    produce_sequence(a.bootstrap, topic, 2, "k", range(400))
+    first = [SplitRange("a", topic, 0, 0, 100), SplitRange("a", topic, 1, 50, 52)]
+    second = [SplitRange("a", topic, 0, 100, 150)]
+    for ranges in (first, second):
+        _, outcome = _read(reader, ranges)
+        assert [rr.range for rr in outcome.ranges] == ranges
+        for rr in outcome.ranges:
+            r = rr.range
+            assert rr.next == r.until
+            assert rr.last is not None
+            assert rr.last[0] == r.until - 1
+            tail = _fingerprints_on_the_broker(
+                a.bootstrap, topic, r.partition, max(r.start, r.until - TRAILING), r.until
+            )
+            assert list(rr.fingerprints) == tail
+            assert rr.last[1] == tail[-1].timestamp_ms
+    assert len(outcome.ranges[0].fingerprints) == TRAILING
+
+
+def test_a_range_given_up_says_where_and_one_of_markers_only_has_no_last_record(
+    kafka: KafkaClusters,
+) -> None:
+    (a,) = kafka.shared(1)
+    topic = uid("fp-tx")
+    create_topics(a.bootstrap, {topic: 1})
+    offsets = _commit_transactions(a.bootstrap, topic, [3])
+    marker = offsets[-1] + 1
+    reader = KafkaRangeReader(
+        Connection("a", a.bootstrap, Properties(TANSU_PROPERTIES)), poll_timeout_s=0.2
+    )
+    try:
+        outcome = ReadOutcome()
+        list(
+            reader.read(
+                [SplitRange("a", topic, 0, marker, marker + 1)],
+                outcome,
+                include_headers=False,
+                fail_on_data_loss=True,
+                should_abandon=lambda: False,
+            )
+        )
+        assert [(rr.next, rr.last, rr.fingerprints) for rr in outcome.ranges] == [
+            (marker + 1, None, ())
+        ]
+        # records 0..2 and the marker exist, nothing after: given up at the end
+        outcome = ReadOutcome()
+        list(
+            reader.read(
+                [SplitRange("a", topic, 0, 0, marker + 10)],
+                outcome,
+                include_headers=False,
+                fail_on_data_loss=True,
+                should_abandon=lambda: True,
+            )
+        )
+        (rr,) = outcome.ranges
+        assert rr.next == marker + 1
+        assert rr.last is not None
+        assert rr.last[0] == offsets[-1]
+        assert len(rr.fingerprints) == 3
+        assert [r.start for r in outcome.abandoned] == [marker + 1]
     finally:
         reader.close()

@@ -11,6 +11,7 @@ import pytest
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.queries import QueryStore
 from multikafka.coordinator.translation import ReadMarks
+from multikafka.coordinator.translation.marks import Mark
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import FakeEtcd, Parts
 from tests.helpers import eventually_async
@@ -49,7 +50,7 @@ async def test_loaders_skip_a_malformed_record_and_load_the_rest(raw: bytes) -> 
 
     marks = ReadMarks(etcd, "/t")  # type: ignore[arg-type]
     await marks.load()
-    assert marks.at_or_before("good", "a/t/0", 10) == (4, 1000)
+    assert marks.at_or_before("good", "a/t/0", 10) == Mark(4, 1000)
     queries = QueryStore(etcd, "/t")  # type: ignore[arg-type]
     await queries.load()
     assert [q.query_id for q in queries.all()] == ["good"]

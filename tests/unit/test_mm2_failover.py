@@ -335,7 +335,10 @@ async def test_a_drained_source_s_mirror_starts_at_its_drain_ends_translated(
     # Partition 0: its end 40 has a sync (40 -> 140). Partition 1 has no
     # sync: its starting position (earliest).
     assert entry == {"b/a.t/0": 140, "b/a.t/1": 0}
-    assert [n.how for n in notes] == ["mm2 from the drain end a/t/0@40 by the sync 40 -> 140"]
+    assert [n.how for n in notes] == [
+        "mm2 from the drain end a/t/0@40 by the sync 40 -> 140 = 140; no copy of the last "
+        "records read found past it: the estimate stands"
+    ]
     # Without the drain (the source ACTIVE again), the mirror's starting position.
     await mirrored.lifecycle.activate("s", "a")
     entry, notes = await mirrored.entry.resolve(

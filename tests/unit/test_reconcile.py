@@ -22,6 +22,7 @@ from multikafka.coordinator.agents.reconcile import describe, desired_of
 from multikafka.coordinator.agents.registry import Mailbox
 from multikafka.coordinator.state.metadata import MetadataChange
 from multikafka.coordinator.state.stream_state import FailoverRecord, StreamStatus, StreamView
+from multikafka.coordinator.translation.marks import Mark
 from multikafka.core.model import FailoverStrategy
 from multikafka.core.validation import parse_stream
 from multikafka.devstack.stack import stream_doc
@@ -275,7 +276,7 @@ async def test_a_deleted_stream_leaves_no_state_behind(parts: Parts) -> None:
     kvs, _ = await parts.etcd.get_prefix("/t/history/")
     assert [kv.key for kv in kvs] == ["/t/history/u"]
     assert parts.marks.at_or_before("s", "a/t/0", 10) is None
-    assert parts.marks.at_or_before("u", "x/v/0", 10) == (4, 1000)
+    assert parts.marks.at_or_before("u", "x/v/0", 10) == Mark(4, 1000)
     assert set(agent.holdings) == {"u"}
     assert agent.held("u") == ["x/v/0"]
     assert agent.counted == {"u/x": (4, 0)}

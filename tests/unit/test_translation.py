@@ -21,6 +21,7 @@ from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.planning.entry import query_for
 from multikafka.coordinator.state.stream_state import FailoverRecord
 from multikafka.coordinator.translation import Translation
+from multikafka.coordinator.translation.failover import ESTIMATE, EXACT
 from multikafka.core.model import (
     ClusterState,
     FailoverStrategy,
@@ -45,6 +46,11 @@ def fill(parts: Parts, bootstrap: str, topic: str, earliest: dict[int, int]) -> 
     for partition, start in earliest.items():
         cluster.earliest[(topic, partition)] = start
         cluster.add_records(topic, partition, TIMES)
+
+
+def read(parts: Parts, split: str, offset: int, ts: int) -> None:
+    """A mark of a range read up to ``offset`` (its last record, at ``ts``)."""
+    parts.marks.add("s", split, offset, ts, next=offset + 1)
 
 
 def b_splits(*partitions: int) -> list[SplitId]:
@@ -135,8 +141,8 @@ async def test_timestamp_starts_at_the_time_of_the_mark_before_the_position_minu
     record = await failed_over(parts, margin_ms=2500)
     # marks at and after the position must not count: only [0, position) was read
     for offset, ts in [(3, 4000), (7, 8000), (8, 9000), (9, 9500)]:
-        parts.marks.add("s", "a/t/0", offset, ts)
-    parts.marks.add("s", "a/t/1", 4, 7000)
+        read(parts, "a/t/0", offset, ts)
+    read(parts, "a/t/1", 4, 7000)
 
     entry, notes = await parts.translator.translate(
         parts.store.get("s"), record, b_splits(0, 1), {"a/t/0": 8, "a/t/1": 5}, {}
@@ -147,8 +153,10 @@ async def test_timestamp_starts_at_the_time_of_the_mark_before_the_position_minu
     # a/t/1: mark a/t/1@4 (7000 ms) - 2500 = 4500 -> offset 100 + 4 (5000 ms).
     assert entry == {"b/t/0": 5, "b/t/1": 104}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 5, "time of a/t/0@7 (8000 ms) - 2500 ms margin"),
-        Translation("b/t/1", "a/t/1", 104, "time of a/t/1@4 (7000 ms) - 2500 ms margin"),
+        Translation("b/t/0", "a/t/0", 5, "time of a/t/0@7 (8000 ms) - 2500 ms margin", 5, ESTIMATE),
+        Translation(
+            "b/t/1", "a/t/1", 104, "time of a/t/1@4 (7000 ms) - 2500 ms margin", 104, ESTIMATE
+        ),
     ]
 
 
@@ -158,8 +166,8 @@ async def test_timestamp_uses_a_lower_abandoned_position_instead_of_the_start(
     fill(parts, B, "t", {0: 0, 1: 100})
     record = await failed_over(parts, margin_ms=2500)
     for offset, ts in [(2, 5000), (5, 9000)]:
-        parts.marks.add("s", "a/t/0", offset, ts)
-        parts.marks.add("s", "a/t/1", offset, ts)
+        read(parts, "a/t/0", offset, ts)
+        read(parts, "a/t/1", offset, ts)
 
     entry, notes = await parts.translator.translate(
         parts.store.get("s"),
@@ -175,16 +183,18 @@ async def test_timestamp_uses_a_lower_abandoned_position_instead_of_the_start(
     # a/t/1: position 6 -> mark @5 (9000 ms) - 2500 = 6500 -> offset 100 + 6 (7000 ms)
     assert entry == {"b/t/0": 2, "b/t/1": 106}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 2, "time of a/t/0@2 (5000 ms) - 2500 ms margin"),
-        Translation("b/t/1", "a/t/1", 106, "time of a/t/1@5 (9000 ms) - 2500 ms margin"),
+        Translation("b/t/0", "a/t/0", 2, "time of a/t/0@2 (5000 ms) - 2500 ms margin", 2, ESTIMATE),
+        Translation(
+            "b/t/1", "a/t/1", 106, "time of a/t/1@5 (9000 ms) - 2500 ms margin", 106, ESTIMATE
+        ),
     ]
 
 
 async def test_timestamp_falls_back_to_earliest_and_says_why(parts: Parts) -> None:
     fill(parts, B, "t", {0: 10, 1: 20, 2: 30, 3: 40})
     record = await failed_over(parts, margin_ms=2500)
-    parts.marks.add("s", "a/t/0", 7, 8000)  # a mark, but after the position of a/t/0
-    parts.marks.add("s", "a/t/1", 0, 1000)  # a mark, but nothing read on a/t/1 yet
+    read(parts, "a/t/0", 7, 8000)  # a mark, but after the position of a/t/0
+    read(parts, "a/t/1", 0, 1000)  # a mark, but nothing read on a/t/1 yet
 
     entry, notes = await parts.translator.translate(
         parts.store.get("s"),
@@ -196,17 +206,17 @@ async def test_timestamp_falls_back_to_earliest_and_says_why(parts: Parts) -> No
 
     assert entry == {"b/t/0": 10, "b/t/1": 20, "b/t/2": 30, "b/t/3": 40}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 10, "no read mark on a/t/0@5: earliest"),
-        Translation("b/t/1", "a/t/1", 20, "nothing read yet on a/t/1@0: earliest"),
-        Translation("b/t/2", "a/t/2", 30, "nothing read yet on a/t/2@0: earliest"),
-        Translation("b/t/3", "", 40, "no counterpart on the failed cluster: earliest"),
+        Translation("b/t/0", "a/t/0", 10, "no read mark on a/t/0@5: earliest", 10, ESTIMATE),
+        Translation("b/t/1", "a/t/1", 20, "nothing read yet on a/t/1@0: earliest", 20, ESTIMATE),
+        Translation("b/t/2", "a/t/2", 30, "nothing read yet on a/t/2@0: earliest", 30, ESTIMATE),
+        Translation("b/t/3", "", 40, "no counterpart on the failed cluster: earliest", 40),
     ]
 
 
 async def test_timestamp_with_the_target_unreachable_resolves_nothing(parts: Parts) -> None:
     fill(parts, B, "t", {0: 0, 1: 0})
     record = await failed_over(parts)
-    parts.marks.add("s", "a/t/0", 4, 5000)
+    read(parts, "a/t/0", 4, 5000)
     view = parts.store.get("s")
     start = {"a/t/0": 5, "a/t/1": 0}
 
@@ -227,7 +237,7 @@ async def test_identity_starts_at_the_same_offset_lowered_by_an_abandoned_positi
 ) -> None:
     fill(parts, B, "t", {0: 0, 1: 0, 2: 0, 3: 7})
     record = await failed_over(parts, strategy=FailoverStrategy.IDENTITY)
-    parts.marks.add("s", "a/t/0", 2, 5000)  # marks do not matter to identity
+    read(parts, "a/t/0", 2, 5000)  # marks do not matter to identity
 
     entry, notes = await parts.translator.translate(
         parts.store.get("s"),
@@ -239,10 +249,10 @@ async def test_identity_starts_at_the_same_offset_lowered_by_an_abandoned_positi
 
     assert entry == {"b/t/0": 8, "b/t/1": 3, "b/t/2": 0, "b/t/3": 7}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 8, "identity from a/t/0@8"),
-        Translation("b/t/1", "a/t/1", 3, "identity from a/t/1@3"),
-        Translation("b/t/2", "a/t/2", 0, "identity from a/t/2@0"),
-        Translation("b/t/3", "", 7, "no counterpart on the failed cluster: earliest"),
+        Translation("b/t/0", "a/t/0", 8, "identity from a/t/0@8", -1, EXACT),
+        Translation("b/t/1", "a/t/1", 3, "identity from a/t/1@3", -1, EXACT),
+        Translation("b/t/2", "a/t/2", 0, "identity from a/t/2@0", -1, EXACT),
+        Translation("b/t/3", "", 7, "no counterpart on the failed cluster: earliest", 7),
     ]
 
 
@@ -309,7 +319,7 @@ async def test_resolve_translates_a_failover_target_and_starts_a_plain_cluster_i
         )
     )
     await parts.lifecycle.failover("s", "a", "b", margin_ms=1000)
-    parts.marks.add("s", "a/t/0", 5, 7000)
+    read(parts, "a/t/0", 5, 7000)
     view = parts.store.get("s")
     start = {"a/t/0": 6, "a/t/1": 0}
 
@@ -319,8 +329,8 @@ async def test_resolve_translates_a_failover_target_and_starts_a_plain_cluster_i
     # read on a/t/1 -> earliest; c/u/0: plain, earliest.
     assert entry == {"b/t/0": 5, "b/t/1": 100, "c/u/0": 50}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 5, "time of a/t/0@5 (7000 ms) - 1000 ms margin"),
-        Translation("b/t/1", "a/t/1", 100, "nothing read yet on a/t/1@0: earliest"),
+        Translation("b/t/0", "a/t/0", 5, "time of a/t/0@5 (7000 ms) - 1000 ms margin", 5, ESTIMATE),
+        Translation("b/t/1", "a/t/1", 100, "nothing read yet on a/t/1@0: earliest", 100, ESTIMATE),
     ]
 
     # a query that never read a: b is a plain new cluster for it (earliest)

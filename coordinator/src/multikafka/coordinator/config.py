@@ -125,6 +125,11 @@ class CoordinatorConfig:
     #: After a failed request, a cluster is not asked again for this long
     #: (seconds); it contributes no new range meanwhile.
     unreachable_backoff_s: float = 2.0
+    #: After a failover, how long a query's translation onto the new cluster
+    #: waits for the report of the last record it read on the failed one
+    #: (seconds): without it the query would resume after an earlier record
+    #: and read the ones in between twice (docs/operations.md).
+    translation_wait_s: float = 10.0
     #: Agents that miss heartbeats for this long are dropped (seconds).
     reader_ttl_s: float = 15.0
     #: How often agents heartbeat (seconds).

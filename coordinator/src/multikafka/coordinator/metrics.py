@@ -20,6 +20,10 @@ _PER_CLUSTER = ("stream", "cluster")
 MALFORMED_MODES = ("DROPMALFORMED", "PERMISSIVE", "FAILFAST")
 
 
+#: The ``result`` label of :attr:`Metrics.translations`
+#: (``multikafka.coordinator.translation.failover``).
+TRANSLATION_RESULTS = ("matched", "partial", "estimate", "exact")
+
 #: The converters an agent reports (``multikafka.reader_agent.arrow``).
 CONVERTERS = ("c-direct", "c-accessors", "python")
 
@@ -95,6 +99,22 @@ class Metrics:
             "multikafka_failovers",
             "Failovers performed.",
             ["stream", "from_cluster", "to_cluster", "mode"],
+            registry=r,
+        )
+        self.translations = Counter(
+            "multikafka_failover_translations",
+            "Splits of a cluster that replaced a failed or draining one, by how their "
+            "start was chosen: matched (right after the copy of the last record read), "
+            "partial (the copy of an earlier one: the mirror lacked the newest), estimate "
+            "(the strategy's lower bound: no copy found), exact (identity).",
+            ["stream", "cluster", "result"],
+            registry=r,
+        )
+        self.translation_skipped = Counter(
+            "multikafka_failover_skipped_records",
+            "Records between a translation's estimate and the start matching chose: "
+            "records not read twice.",
+            _PER_CLUSTER,
             registry=r,
         )
         self.drains = Counter("multikafka_drains", "Drains started.", _PER_CLUSTER, registry=r)
@@ -190,6 +210,7 @@ class Metrics:
         "data_loss",
         "shrunk",
         "drains",
+        "translation_skipped",
         "agent_records",
         "subreader_restarts",
     )
@@ -215,6 +236,9 @@ class Metrics:
         for mode in MALFORMED_MODES:
             with contextlib.suppress(KeyError):
                 self.malformed.remove(stream, cluster, mode)
+        for result in TRANSLATION_RESULTS:
+            with contextlib.suppress(KeyError):
+                self.translations.remove(stream, cluster, result)
 
     def count_converters(self, converters: Iterable[str]) -> None:
         """Set :attr:`converters` to how many agents use each converter (0 for

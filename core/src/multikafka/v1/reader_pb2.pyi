@@ -308,23 +308,78 @@ class ReadMark(_message.Message):
     SPLIT_FIELD_NUMBER: _builtins.int
     LAST_OFFSET_FIELD_NUMBER: _builtins.int
     LAST_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_TIMES_FIELD_NUMBER: _builtins.int
+    FINGERPRINT_DIGESTS_FIELD_NUMBER: _builtins.int
     split: _builtins.str
     last_offset: _builtins.int
     last_timestamp_ms: _builtins.int
+    next_offset: _builtins.int
+    """Where the range read went on to: its end, or where it was given up.
+    No record lies between last_offset and next_offset (transaction
+    markers and aborted records may), so a query at next_offset read
+    last_offset last. 0: not known (a read stopped early).
+    """
+    from_offset: _builtins.int
+    """Where the range started."""
+    @_builtins.property
+    def fingerprint_times(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Fingerprints of the last records read of the range (at most a few),
+        oldest first, the last one last_offset's: record time and BLAKE2b-64 of
+        key and value (multikafka.core.fingerprint). A mirror's copy of the
+        record is found by them.
+        """
+
+    @_builtins.property
+    def fingerprint_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
         self,
         *,
         split: _builtins.str = ...,
         last_offset: _builtins.int = ...,
         last_timestamp_ms: _builtins.int = ...,
+        next_offset: _builtins.int = ...,
+        from_offset: _builtins.int = ...,
+        fingerprint_times: _abc.Iterable[_builtins.int] | None = ...,
+        fingerprint_digests: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_offset", b"last_offset", "last_timestamp_ms", b"last_timestamp_ms", "split", b"split"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fingerprint_digests", b"fingerprint_digests", "fingerprint_times", b"fingerprint_times", "from_offset", b"from_offset", "last_offset", b"last_offset", "last_timestamp_ms", b"last_timestamp_ms", "next_offset", b"next_offset", "split", b"split"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadMark: _TypeAlias = ReadMark  # noqa: Y015
+
+@_typing.final
+class ReadSpan(_message.Message):
+    """A range read to its end that held no record (only transaction markers or
+    aborted records): [from_offset, next_offset) was passed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPLIT_FIELD_NUMBER: _builtins.int
+    FROM_OFFSET_FIELD_NUMBER: _builtins.int
+    NEXT_OFFSET_FIELD_NUMBER: _builtins.int
+    split: _builtins.str
+    from_offset: _builtins.int
+    next_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        split: _builtins.str = ...,
+        from_offset: _builtins.int = ...,
+        next_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_offset", b"from_offset", "next_offset", b"next_offset", "split", b"split"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadSpan: _TypeAlias = ReadSpan  # noqa: Y015
 
 @_typing.final
 class ReportReadsRequest(_message.Message):
@@ -336,6 +391,7 @@ class ReportReadsRequest(_message.Message):
     MARKS_FIELD_NUMBER: _builtins.int
     ABANDONED_FIELD_NUMBER: _builtins.int
     TASK_SLOTS_FIELD_NUMBER: _builtins.int
+    PASSED_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     stream: _builtins.str
     query_id: _builtins.str
@@ -353,6 +409,10 @@ class ReportReadsRequest(_message.Message):
         were not read (no task_ranges).
         """
 
+    @_builtins.property
+    def passed(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadSpan]:
+        """Ranges read to their end without a record (see ReadSpan)."""
+
     def __init__(
         self,
         *,
@@ -362,10 +422,11 @@ class ReportReadsRequest(_message.Message):
         marks: _abc.Iterable[Global___ReadMark] | None = ...,
         abandoned: _common_pb2.RangeColumns | None = ...,
         task_slots: _builtins.int = ...,
+        passed: _abc.Iterable[Global___ReadSpan] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "agent_id", b"agent_id", "marks", b"marks", "query_id", b"query_id", "stream", b"stream", "task_slots", b"task_slots"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["abandoned", b"abandoned", "agent_id", b"agent_id", "marks", b"marks", "passed", b"passed", "query_id", b"query_id", "stream", b"stream", "task_slots", b"task_slots"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -110,7 +110,7 @@ class ReaderAgent:
                 for cluster, group in clusters:
                     yield from self._read_cluster(task, cluster, group, report)
         finally:
-            if link is not None and (report.marks or report.abandoned):
+            if link is not None and report:
                 link.report(report.request(task.stream, task.query_id, task_slots))
             startup.write()
 
@@ -173,6 +173,7 @@ class ReaderAgent:
                 t.join()
             for mine in reports:
                 report.marks.extend(mine.marks)
+                report.passed.extend(mine.passed)
                 report.abandoned.extend(mine.abandoned)
 
     def _read_cluster(
@@ -223,13 +224,7 @@ class ReaderAgent:
                     stats.corrupt_records += malformed.corrupt
                     stats.malformed_failures += malformed.failed
                     stats.splits.touch(r.split for r in ranges)
-            report.marks.extend(
-                reader_pb2.ReadMark(
-                    split=f"{cluster}/{topic}/{partition}", last_offset=offset, last_timestamp_ms=ts
-                )
-                for (topic, partition), (offset, ts) in outcome.last.items()
-            )
-            report.abandoned.extend(outcome.abandoned)
+            report.add(cluster, outcome)
 
     def _gone(self, key: Key, planned_at: int) -> bool:
         """Whether ranges of ``key`` should be abandoned: its cluster is no
@@ -403,17 +398,60 @@ class ReaderAgent:
 
 @dataclass
 class _Reads:
-    """What a task read (the last record per split) and gave up (ranges of
-    clusters that went away), reported to the coordinator when it ends."""
+    """What a task read (per range: how far, its last records and their
+    fingerprints) and gave up (ranges of clusters that went away), reported
+    to the coordinator when it ends."""
 
     marks: list[reader_pb2.ReadMark] = field(default_factory=list)
+    passed: list[reader_pb2.ReadSpan] = field(default_factory=list)
     abandoned: list[SplitRange] = field(default_factory=list)
+
+    def add(self, cluster: str, outcome: ReadOutcome) -> None:
+        """What reading ``cluster``'s ranges did. A read that failed has no
+        range results: the last record it read of each split is still a
+        mark, without how far the read went."""
+        marked: set[tuple[str, int]] = set()
+        for rr in outcome.ranges:
+            r = rr.range
+            if rr.last is None:
+                if rr.next > r.start:
+                    self.passed.append(
+                        reader_pb2.ReadSpan(split=r.split, from_offset=r.start, next_offset=rr.next)
+                    )
+                continue
+            marked.add((r.topic, r.partition))
+            self.marks.append(
+                reader_pb2.ReadMark(
+                    split=r.split,
+                    last_offset=rr.last[0],
+                    last_timestamp_ms=rr.last[1],
+                    next_offset=rr.next,
+                    from_offset=r.start,
+                    fingerprint_times=[fp.timestamp_ms for fp in rr.fingerprints],
+                    fingerprint_digests=[fp.digest for fp in rr.fingerprints],
+                )
+            )
+        self.marks.extend(
+            reader_pb2.ReadMark(
+                split=f"{cluster}/{topic}/{partition}", last_offset=offset, last_timestamp_ms=ts
+            )
+            for (topic, partition), (offset, ts) in outcome.last.items()
+            if (topic, partition) not in marked
+        )
+        self.abandoned.extend(outcome.abandoned)
+
+    def __bool__(self) -> bool:
+        return bool(self.marks or self.passed or self.abandoned)
 
     def request(
         self, stream: str, query_id: str, task_slots: int = 0
     ) -> reader_pb2.ReportReadsRequest:
         request = reader_pb2.ReportReadsRequest(
-            stream=stream, query_id=query_id, marks=self.marks, task_slots=task_slots
+            stream=stream,
+            query_id=query_id,
+            marks=self.marks,
+            passed=self.passed,
+            task_slots=task_slots,
         )
         if self.abandoned:
             request.abandoned.CopyFrom(ranges.to_columns(self.abandoned))

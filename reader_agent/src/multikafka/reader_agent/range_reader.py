@@ -21,6 +21,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from multikafka.core.exceptions import DataLossError, UnavailableError
+from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
 from multikafka.core.kafka_config import READER_DEFAULTS, READER_GROUP_ID, client_config
 from multikafka.core.kafka_log import ClientLog, repeat_interval_s
 from multikafka.core.model import Connection
@@ -29,6 +30,22 @@ from multikafka.reader_agent import arrow
 from multikafka.reader_agent.arrow import Columns
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RangeRead:
+    """How far one range was read, and the last records read of it: what
+    failover translation needs to resume on a mirror right after them."""
+
+    range: SplitRange
+    #: The first offset not read: the range's end, or where it was given up.
+    #: No record of the range lies between the last one read and here.
+    next: int
+    #: Offset and record time of the last record read of the range (None: it
+    #: held none, only transaction markers or aborted records).
+    last: tuple[int, int] | None
+    #: Fingerprints of the last records read of the range, oldest first.
+    fingerprints: tuple[Fingerprint, ...] = ()
 
 
 @dataclass
@@ -42,6 +59,43 @@ class ReadOutcome:
     #: Ranges given up because the caller asked to abandon them.
     abandoned: list[SplitRange] = field(default_factory=list)
     records: int = 0
+    #: Each range read to its end or given up (not those of a read that failed).
+    ranges: list[RangeRead] = field(default_factory=list)
+
+
+class _Tail:
+    """The last :data:`TRAILING` records of one range read: rows of the
+    batches they came in, fingerprinted only when the range is done (a few
+    records per range, never per record)."""
+
+    __slots__ = ("_rows", "_segments", "last")
+
+    def __init__(self) -> None:
+        self._segments: list[tuple[Columns, np.ndarray]] = []
+        self._rows = 0
+        #: Offset and record time of the last record.
+        self.last: tuple[int, int] | None = None
+
+    def add(self, cols: Columns, rows: np.ndarray, last: tuple[int, int]) -> None:
+        """``rows``: the last (at most :data:`TRAILING`) rows of the range in
+        ``cols``, in order; ``last`` the newest one's offset and time."""
+        self._segments.append((cols, rows))
+        self._rows += len(rows)
+        while self._rows - len(self._segments[0][1]) >= TRAILING:
+            self._rows -= len(self._segments.pop(0)[1])
+        self.last = last
+
+    def fingerprints(self) -> tuple[Fingerprint, ...]:
+        out: list[Fingerprint] = []
+        for cols, rows in self._segments:
+            take = pa.array(rows, pa.int64())
+            times = cols.timestamp.take(take).cast(pa.int64()).to_pylist()
+            keys = cols.key.take(take).to_pylist()
+            values = cols.value.take(take).to_pylist()
+            out.extend(
+                fingerprint(k, v, t // 1000) for k, v, t in zip(keys, values, times, strict=True)
+            )
+        return tuple(out[-TRAILING:])
 
 
 class RangeReader(Protocol):
@@ -193,10 +247,11 @@ class KafkaRangeReader:
         pending = {(r.topic, r.partition): r for r in todo if nxt[(r.topic, r.partition)] < r.until}
         ends = {(r.topic, r.partition): r.until for r in todo}
         self._hold = {(r.topic, r.partition): self._hold_for(r) for r in todo}
+        tails = {(r.topic, r.partition): _Tail() for r in todo}
         try:
             self._position_for(pending, nxt)
             for held in ready:
-                self._account(held, outcome)
+                self._account(held, outcome, tails)
                 yield held
             last_progress = time.monotonic()
             while pending:
@@ -207,7 +262,7 @@ class KafkaRangeReader:
                         self._drop_errors(msgs, pending, outcome, fail_on_data_loss) if msgs else []
                     )
                     cols = (
-                        self._convert(good, pending, nxt, ends, outcome, include_headers)
+                        self._convert(good, pending, nxt, ends, outcome, tails, include_headers)
                         if good
                         else None
                     )
@@ -227,6 +282,7 @@ class KafkaRangeReader:
                     # took from before (leftovers), which the consumer's own
                     # position does not know of before it fetched anything.
                     outcome.abandoned.extend(r._replace(start=nxt[k]) for k, r in pending.items())
+                    _ranges_read(todo, pending, nxt, tails, outcome)
                     self._forget(list(pending))
                     return
                 if time.monotonic() - last_progress > self._stall_check_s:
@@ -237,6 +293,7 @@ class KafkaRangeReader:
             # the consumer stands is no longer known.
             self._forget(list(self._next))
             raise
+        _ranges_read(todo, pending, nxt, tails, outcome)
         self._park(ends, include_headers)
 
     def _park(self, ends: Mapping[Key, int], include_headers: bool) -> None:
@@ -501,6 +558,7 @@ class KafkaRangeReader:
         nxt: dict[Key, int],
         ends: Mapping[Key, int],
         outcome: ReadOutcome,
+        tails: Mapping[Key, _Tail],
         include_headers: bool,
     ) -> Columns | None:
         cols = arrow.convert(msgs, include_headers=include_headers)
@@ -517,7 +575,7 @@ class KafkaRangeReader:
                 if not keep.any():
                     return None
                 cols, codes = cols.filter(keep), codes[keep]
-        self._account(cols, outcome, (pairs, codes))
+        self._account(cols, outcome, tails, (pairs, codes))
         return cols
 
     def _take(self, n: int) -> list[Any]:
@@ -589,13 +647,26 @@ class KafkaRangeReader:
     def _account(
         cols: Columns,
         outcome: ReadOutcome,
+        tails: Mapping[Key, _Tail],
         index: arrow.PartitionIndex | None = None,
     ) -> None:
-        """Count ``cols`` into ``outcome`` (records, last record per partition)."""
-        for tp, (offset, ts) in cols.last_per_partition(index or cols.partitions()).items():
+        """Count ``cols`` into ``outcome`` (records, last record per
+        partition) and into the ranges' ``tails`` (their last rows)."""
+        pairs, codes = index or cols.partitions()
+        one = len(pairs) == 1
+        for tp, last in cols.last_per_partition((pairs, codes)).items():
             prev = outcome.last.get(tp)
-            if prev is None or offset > prev[0]:
-                outcome.last[tp] = (offset, ts)
+            if prev is None or last[0] > prev[0]:
+                outcome.last[tp] = last
+            tail = tails.get(tp)
+            if tail is not None:
+                n = len(codes)
+                rows = (
+                    np.arange(max(n - TRAILING, 0), n)
+                    if one
+                    else np.flatnonzero(codes == pairs.index(tp))[-TRAILING:]
+                )
+                tail.add(cols, rows, last)
         outcome.records += len(cols)
 
     def set_log_context(
@@ -607,6 +678,23 @@ class KafkaRangeReader:
         if not self._closed:
             self._closed = True
             self._consumer.close()
+
+
+def _ranges_read(
+    todo: Sequence[SplitRange],
+    pending: Mapping[Key, SplitRange],
+    nxt: Mapping[Key, int],
+    tails: Mapping[Key, _Tail],
+    outcome: ReadOutcome,
+) -> None:
+    """Note how far each range of a read went: to its end, or (still
+    ``pending``, given up) to the first offset not read."""
+    for r in todo:
+        key = (r.topic, r.partition)
+        tail = tails[key]
+        nxt_offset = min(nxt[key], r.until) if key in pending else r.until
+        fps = tail.fingerprints() if tail.last is not None else ()
+        outcome.ranges.append(RangeRead(r, nxt_offset, tail.last, fps))
 
 
 def _concat(a: Columns, b: Columns) -> Columns:

@@ -129,16 +129,29 @@ class AgentLink:
         marks: Iterable[ReadMark],
         abandoned: Iterable[SplitRange],
         task_slots: int = 0,
+        passed: Iterable[SplitRange] = (),
     ) -> None:
         """What the agent read of ``stream`` for ``query_id`` (checked by the
         caller: a refused report must leave nothing behind): the last record
-        of each range it read, the ranges it gave up, and how many tasks the
+        of each range it read, the ranges it read to their end without a
+        record (``passed``), the ranges it gave up, and how many tasks the
         query's Spark runs at once (``task_slots``, 0: unknown)."""
         self.slots.note(query_id, task_slots)
         held = set()
         for mark in marks:
-            self._marks.add(stream, mark.split, mark.offset, mark.timestamp_ms)
+            self._marks.add(
+                stream,
+                mark.split,
+                mark.offset,
+                mark.timestamp_ms,
+                next=mark.next,
+                start=mark.start,
+                fingerprints=mark.fingerprints,
+            )
             held.add(mark.split)
+        for span in passed:
+            self._marks.passed(stream, span.split, span.start, span.until)
+            held.add(span.split)
         for r in abandoned:
             await self._abandonments.record(
                 stream,

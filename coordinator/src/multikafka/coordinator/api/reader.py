@@ -24,9 +24,10 @@ from multikafka.coordinator.agents.task_slots import MAX_TASK_SLOTS
 from multikafka.coordinator.api.rpc import safe_deserializer, streaming, unary
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.translation import ReadMark
-from multikafka.core import ranges
+from multikafka.core import fingerprint, ranges
 from multikafka.core.exceptions import ValidationError, shown
 from multikafka.core.model import SplitId
+from multikafka.core.ranges import SplitRange
 from multikafka.core.validation import validate_id, validate_name
 from multikafka.v1 import reader_pb2, reader_pb2_grpc
 
@@ -109,16 +110,15 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         # leaves no marks or abandoned ranges behind.
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
         stream = self._store.get(validate_name(request.stream, "stream")).name
-        for i, mark in enumerate(request.marks):
-            _split(mark.split, f"marks[{i}].split")
-            if mark.last_offset < 0:
-                raise ValidationError(f"marks[{i}].last_offset", "must be an offset >= 0")
+        marks = [_mark(m, f"marks[{i}]") for i, m in enumerate(request.marks)]
+        passed = [_span(p, f"passed[{i}]") for i, p in enumerate(request.passed)]
         abandoned = ranges.from_columns(request.abandoned, "abandoned")
         query_id = validate_id(request.query_id, "query_id", required=bool(abandoned))
         if request.task_slots > MAX_TASK_SLOTS:
             raise ValidationError("task_slots", f"must be at most {MAX_TASK_SLOTS:,}")
-        marks = [ReadMark(m.split, m.last_offset, m.last_timestamp_ms) for m in request.marks]
-        await link.report_reads(stream, agent_id, query_id, marks, abandoned, request.task_slots)
+        await link.report_reads(
+            stream, agent_id, query_id, marks, abandoned, request.task_slots, passed
+        )
         return reader_pb2.ReportReadsResponse()
 
 
@@ -166,6 +166,45 @@ def add_reader_service(service: ReaderService, server: grpc.aio.Server) -> None:
     name = reader_pb2.DESCRIPTOR.services_by_name["Reader"].full_name
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
     server.add_registered_method_handlers(name, handlers)
+
+
+#: Fingerprints a mark may carry (agents send TRAILING).
+MAX_FINGERPRINTS = 16
+
+
+def _mark(m: reader_pb2.ReadMark, field: str) -> ReadMark:
+    """A reported mark, checked. Without ``next_offset`` (an older agent, or
+    a read that stopped early) only its offset and time count."""
+    _split(m.split, f"{field}.split")
+    if m.last_offset < 0:
+        raise ValidationError(f"{field}.last_offset", "must be an offset >= 0")
+    if not m.next_offset:
+        return ReadMark(m.split, m.last_offset, m.last_timestamp_ms)
+    if m.next_offset <= m.last_offset:
+        raise ValidationError(
+            f"{field}.next_offset",
+            f"must be past last_offset ({m.last_offset}): the first offset not read",
+        )
+    if not 0 <= m.from_offset <= m.last_offset:
+        raise ValidationError(
+            f"{field}.from_offset", f"must be an offset >= 0 and <= last_offset ({m.last_offset})"
+        )
+    if len(m.fingerprint_digests) > MAX_FINGERPRINTS:
+        raise ValidationError(
+            f"{field}.fingerprint_digests", f"at most {MAX_FINGERPRINTS} fingerprints"
+        )
+    try:
+        fps = fingerprint.pairs(m.fingerprint_times, m.fingerprint_digests)
+    except ValueError as exc:
+        raise ValidationError(f"{field}.fingerprint_times", str(exc)) from None
+    return ReadMark(m.split, m.last_offset, m.last_timestamp_ms, m.next_offset, m.from_offset, fps)
+
+
+def _span(p: reader_pb2.ReadSpan, field: str) -> SplitRange:
+    split = _split(p.split, f"{field}.split")
+    if not 0 <= p.from_offset < p.next_offset:
+        raise ValidationError(field, "must read from an offset >= 0 to a later one")
+    return SplitRange(split.cluster, split.topic, split.partition, p.from_offset, p.next_offset)
 
 
 def _split(text: str, field: str) -> SplitId:

@@ -14,14 +14,20 @@ the time it became unreachable drives automatic failover.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from multikafka.coordinator.clusters.kafka import KafkaMetadataClient, MetadataClient, OffsetQuery
+from multikafka.coordinator.clusters.kafka import (
+    KafkaMetadataClient,
+    MetadataClient,
+    OffsetQuery,
+    Visit,
+)
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core.background import BackgroundTasks
@@ -284,6 +290,20 @@ class Discovery:
         return {
             str(s): found[(s.topic, s.partition)] for s in splits if (s.topic, s.partition) in found
         }
+
+    async def scan(
+        self,
+        stream: str,
+        cluster: str,
+        windows: Mapping[tuple[str, int], tuple[int, int]],
+        visit: Visit,
+        timeout_s: float,
+    ) -> None:
+        """Read records of one cluster (:meth:`MetadataClient.scan`).
+        Raises :class:`UnavailableError` when the cluster is not set up yet
+        or does not answer."""
+        cc = self.require(stream, cluster)
+        await self.call(cc, functools.partial(cc.client.scan, windows, visit, timeout_s))
 
     async def split_offsets(
         self, stream: str, splits: Iterable[SplitId], query: OffsetQuery

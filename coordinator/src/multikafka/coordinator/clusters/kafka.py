@@ -15,14 +15,17 @@ whose leader did not answer. High watermarks (``read_uncommitted``) are
 asked through the AdminClient: a second consumer would hold four more
 threads per cluster.
 
-The coordinator never reads a stream's records: nothing here imports the read
-path (Arrow, the compiled converter, payload decoding).
+The coordinator reads a stream's records in one case only: on failover, a
+mirror's records from the strategy's estimate on, to find the copy of the
+last records a query read by their fingerprints (:meth:`KafkaMetadataClient.scan`;
+nothing is decoded or kept but the fingerprints sought). Nothing here
+imports the read path (Arrow, the compiled converter, payload decoding).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 from confluent_kafka import (
@@ -97,6 +100,21 @@ class RawRecord(NamedTuple):
     timestamp_ms: int
 
 
+class Record(Protocol):
+    """What :meth:`MetadataClient.scan` hands over of a record (a
+    ``confluent_kafka.Message`` has it)."""
+
+    def offset(self) -> int | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+
+
+#: Called with each record a scan reads: ``(topic, partition)`` and the
+#: record; False stops reading that partition.
+Visit = Callable[[tuple[str, int], Record], bool]
+
+
 class MetadataClient(Protocol):
     """Cluster metadata as the coordinator needs it. Blocking calls; the
     coordinator runs them on an executor."""
@@ -136,6 +154,20 @@ class MetadataClient(Protocol):
 
     def close_reader(self, reader: str) -> None:
         """Free what :meth:`read_records` holds for ``reader``."""
+        ...
+
+    def scan(
+        self,
+        windows: Mapping[tuple[str, int], tuple[int, int]],
+        visit: Visit,
+        timeout_s: float,
+    ) -> None:
+        """Read each partition's records from ``start`` to before ``end``
+        (``windows``: ``(topic, partition) -> (start, end)``) in offset order,
+        as the stream's readers would (its isolation level), handing each to
+        ``visit`` until it says stop. :class:`UnavailableError` when the
+        cluster does not answer or the windows are not read within
+        ``timeout_s``."""
         ...
 
     def close(self) -> None: ...
@@ -366,6 +398,70 @@ class KafkaMetadataClient:
     def close_reader(self, reader: str) -> None:
         for key in [k for k in self._tails if k[0] == reader]:
             self._tails.pop(key)[0].close()
+
+    def scan(
+        self,
+        windows: Mapping[tuple[str, int], tuple[int, int]],
+        visit: Visit,
+        timeout_s: float,
+    ) -> None:
+        todo = {tp: end for tp, (start, end) in windows.items() if end > start}
+        if not todo:
+            return
+        consumer = self._consumer(
+            f"multikafka-coordinator-{self._connection.cluster}-match",
+            # Never joined nor committed. A window that starts before the
+            # log start (records deleted since) reads what is there.
+            {
+                "group.id": READER_GROUP_ID,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": "true",
+            },
+        )
+        try:
+            consumer.assign([TopicPartition(t, p, windows[(t, p)][0]) for t, p in todo])
+            deadline = time.monotonic() + timeout_s
+            while todo:
+                if time.monotonic() > deadline:
+                    raise UnavailableError(
+                        f"cluster {self._connection.cluster}: {len(todo)} partitions not read "
+                        f"within {timeout_s:.0f}s"
+                    )
+                msgs = consumer.consume(10_000, timeout=0.1)
+                done: set[tuple[str, int]] = set()
+                for m in msgs:
+                    tp = (m.topic() or "", m.partition() or 0)
+                    end = todo.get(tp)
+                    if end is None or tp in done:
+                        continue
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            done.add(tp)
+                        elif err.fatal() or not err.retriable():
+                            raise UnavailableError(
+                                f"cluster {self._connection.cluster}: {err.str()}"
+                            )
+                        continue
+                    offset = m.offset()
+                    if offset is None or offset >= end or not visit(tp, m):
+                        done.add(tp)
+                if not msgs:
+                    # Past transaction markers, which no record shows.
+                    keys = list(todo)
+                    for tp, at in zip(
+                        keys, consumer.position([TopicPartition(*k) for k in keys]), strict=True
+                    ):
+                        if at.offset >= todo[tp]:
+                            done.add(tp)
+                if done:
+                    consumer.pause([TopicPartition(*tp) for tp in done])
+                    for tp in done:
+                        del todo[tp]
+        except KafkaException as exc:
+            raise UnavailableError(f"cluster {self._connection.cluster}: read: {exc}") from exc
+        finally:
+            consumer.close()
 
     def close(self) -> None:
         self._serve_logs()

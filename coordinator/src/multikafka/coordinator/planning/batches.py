@@ -160,6 +160,7 @@ class MicroBatches:
             budget=max_records,
             cap=cap,
             fail_on_data_loss=fail_on_data_loss,
+            hold=self._entry.held(view, start, snapshots, entry),
         )
         plan.data_loss.update(resumed.data_loss)
         self._notes.account(view, plan, snapshots)

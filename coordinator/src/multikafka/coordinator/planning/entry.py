@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.planning.planner import ClusterSnapshot, new_split_set
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.coordinator.translation import FailoverTranslator, Translation
 from multikafka.core.exceptions import DataLossError
@@ -41,12 +42,6 @@ class Resumed:
     claimed: set[str] = field(default_factory=set)
     #: split -> what was lost (only with failOnDataLoss=false).
     data_loss: dict[str, str] = field(default_factory=dict)
-
-
-async def _ready(
-    entry: dict[str, int], notes: list[Translation]
-) -> tuple[dict[str, int], list[Translation]]:
-    return entry, notes
 
 
 def query_for(position: StartingPosition | None) -> OffsetQuery:
@@ -137,14 +132,12 @@ class EntryOffsets:
                 )
                 continue
             if source is not None:
-                done, how, splits = self._translator.translate_drain(view, cid, source, splits)
-                translations.append(_ready(done, how))
+                translations.append(self._drain(view, cid, source, splits, plain))
+                continue
             plain[query_for(view.spec.clusters[cid].starting)].extend(splits)
-        translated, found = await asyncio.gather(
-            asyncio.gather(*translations),
-            asyncio.gather(
-                *(self._discovery.split_offsets(view.name, s, q) for q, s in plain.items())
-            ),
+        translated = await asyncio.gather(*translations)
+        found = await asyncio.gather(
+            *(self._discovery.split_offsets(view.name, s, q) for q, s in plain.items())
         )
         entry: dict[str, int] = {}
         notes: list[Translation] = []
@@ -154,3 +147,42 @@ class EntryOffsets:
         for offsets in found:
             entry.update(offsets)
         return entry, notes
+
+    async def _drain(
+        self,
+        view: StreamView,
+        cluster: str,
+        source: str,
+        splits: Sequence[SplitId],
+        plain: dict[OffsetQuery, list[SplitId]],
+    ) -> tuple[dict[str, int], list[Translation]]:
+        """The drain translation of ``splits``; those it cannot translate
+        join ``plain`` (their cluster's starting position)."""
+        done, how, rest = await self._translator.translate_drain(view, cluster, source, splits)
+        plain[query_for(view.spec.clusters[cluster].starting)].extend(rest)
+        return done, how
+
+    def held(
+        self,
+        view: StreamView,
+        start: Mapping[str, int],
+        snapshots: Mapping[str, ClusterSnapshot],
+        entry: Mapping[str, int],
+    ) -> frozenset[str]:
+        """FAILED clusters whose splits the query keeps this batch: those a
+        failover replaced by a cluster whose splits have not all entered yet
+        (it does not answer, or a translation waits for what was read last).
+        Retired before, the query would no longer hold the position they
+        translate from."""
+        held = set()
+        for cid, snap in snapshots.items():
+            record = self._translator.record_for(view, cid, start)
+            if record is None:
+                continue
+            if not snap.reachable or not len(snap.splits):
+                held.add(record.from_cluster)
+                continue
+            new = new_split_set(start, {cid: snap})
+            if any(s not in entry for s in new.ids()):
+                held.add(record.from_cluster)
+        return frozenset(held)

@@ -51,13 +51,17 @@ class PlanNotes:
         data lost, also counted)."""
         self._resumed(view, query_id, resumed, plan.entered)
         for t in translations:
+            cid = SplitId.parse(t.split).cluster
             self._history.record(
                 view.name,
                 "translated",
-                cluster=SplitId.parse(t.split).cluster,
+                cluster=cid,
                 detail=f"query {query_id}: {t.split} starts at {t.offset} ({t.how})",
                 generation=view.generation,
             )
+            if t.result:
+                self._metrics.translations.labels(view.name, cid, t.result).inc()
+                self._metrics.translation_skipped.labels(view.name, cid).inc(t.skipped)
         self._retired(view, query_id, plan.retired)
         for s, what in plan.data_loss.items():
             cid = SplitId.parse(s).cluster

@@ -11,7 +11,10 @@ next micro-batch:
 * a split whose cluster is unreachable stays where it is (no new range, and
   the other clusters are not held up);
 * a DRAINING cluster's splits stop at the offsets captured when draining began
-  and retire once reached; FAILED, STANDBY and removed clusters' splits retire;
+  and retire once reached; FAILED, STANDBY and removed clusters' splits retire,
+  but a FAILED cluster's splits stay (with no new range) while the cluster
+  that replaced it has splits still to enter (``hold``): the query's position
+  on the FAILED cluster is what their translation starts from;
 * a cluster with a stopping position (``stopping`` in the stream document) is
   never planned past its stop offsets: a split that reached its stop simply
   has no more data (it stays in the vector);
@@ -181,10 +184,12 @@ def plan_end(
     budget: int | None = None,
     cap: Mapping[str, int] | None = None,
     fail_on_data_loss: bool = True,
+    hold: frozenset[str] = frozenset(),
 ) -> EndPlan:
     """The end vector of the next micro-batch. ``entry`` holds the starting
     offset of each new split that could be resolved (others wait); ``cap`` is
-    the Trigger.AvailableNow target."""
+    the Trigger.AvailableNow target; the FAILED clusters in ``hold`` keep
+    their splits, without a new range."""
     held = as_offsets(start)
     splits, pos = held.splits, held.offsets
     n = len(pos)
@@ -202,6 +207,9 @@ def plan_end(
             retired[where] = _REMOVED
             continue
         code = {ClusterState.FAILED: _FAILED, ClusterState.STANDBY: _STANDBY}.get(snap.state, 0)
+        if code == _FAILED and cid in hold:
+            frozen[where] = True
+            continue
         retired[where] = code
         for g, (_, topic) in enumerate(splits.groups):
             if splits.groups[g][0] == cid and topic not in snap.topics:

@@ -87,7 +87,9 @@ class LeaderDuties:
             forget=self.marks.forget,
         )
         self.abandonments = Abandonments(self.queries, self.history, metrics)
-        self.translator = FailoverTranslator(self.discovery, self.marks, self.syncs)
+        self.translator = FailoverTranslator(
+            self.discovery, self.marks, self.syncs, wait_s=config.translation_wait_s
+        )
         self.entry = EntryOffsets(self.discovery, self.translator)
         self.watermarks = Watermarks(self.discovery, max_age_s=config.watermark_max_age_s)
         # -- the use cases of the term ---------------------------------------

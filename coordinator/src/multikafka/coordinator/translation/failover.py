@@ -1,42 +1,81 @@
 """Failover translation: where the splits of a cluster that replaced a failed
 one start, for a query that was reading the failed cluster.
 
-* ``timestamp``: ``offsets_for_times(time of the last record read - margin)``
-  on the new cluster; at-least-once with duplicates bounded by the margin.
-* ``identity``: the same offset (offset-preserving mirrors).
+Each strategy first gives an *estimate*, a lower bound on the mirror:
+
+* ``timestamp``: ``offsets_for_times(time of the last record read - margin)``;
+* ``identity``: the same offset (offset-preserving mirrors): exact, nothing
+  more is done;
 * ``mm2``: MirrorMaker 2's offset syncs (:mod:`.mm2`): the downstream offset
   of the newest sync at or before the position, +1 when past it; without
   such a sync, MM2's checkpoint of the query's consumer group
   (``commitGroupId``) when it is at or before the position; else
   ``timestamp``, and the translation says so.
 
+Then the query resumes *right after the mirror's copy of the last record it
+read*: the reader keeps the fingerprints of the last records of every range
+it reads (:mod:`.marks`), and the coordinator reads the mirror forward from
+the estimate, up to the last record's time plus the margin, looking for
+them (:mod:`.matching`). Nothing is read twice, nothing skipped. When no
+copy is found (the mirror changed the records, or the margin is too small)
+the estimate stands, and the history says so.
+
 A split of the new cluster takes over from the failed cluster's split of the
 same partition of the same topic, or of the topic an ``mm2`` block between
 the two renames it from (``east.orders`` on the mirror is ``orders``).
 
 The position used is what the query really read: its ranges abandoned on the
-failed cluster lower it (:mod:`multikafka.coordinator.translation.abandoned`), and only
-records actually read leave read marks (:mod:`multikafka.coordinator.translation.marks`).
-Without a mark, the split starts at its earliest offset: more duplicates, never
-a loss.
+failed cluster lower it (:mod:`multikafka.coordinator.translation.abandoned`),
+and only records actually read leave read marks. The mark of the last
+record read before the position arrives with the report of the task that
+read it, which may come after the next micro-batch is asked for: until the
+mark that reaches the position is known, for at most ``wait_s`` after the
+failover, the split is not translated (:meth:`FailoverTranslator.translate`
+leaves it out, and the planner keeps the failed cluster's splits in the
+query meanwhile). Without a mark, the split starts at its earliest offset:
+more duplicates, never a loss.
+
+A drain into an MM2 mirror (:meth:`FailoverTranslator.translate_drain`)
+is matched the same way: the draining cluster is still there, so the last
+records before each drain end offset are read from it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from multikafka.coordinator.clusters.discovery import Discovery
-from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.clusters.kafka import OffsetQuery, Record
 from multikafka.coordinator.state.stream_state import FailoverRecord, StreamView
-from multikafka.coordinator.translation.marks import ReadMarks
+from multikafka.coordinator.translation.marks import Mark, ReadMarks
+from multikafka.coordinator.translation.matching import Found, Matcher
 from multikafka.coordinator.translation.mm2.records import Checkpoint
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.model import ClusterState, FailoverStrategy, SplitId
+from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
+from multikafka.core.kafka_config import reads_committed
+from multikafka.core.model import DEFAULT_MARGIN_MS, ClusterState, FailoverStrategy, SplitId
 from multikafka.core.offsets import clusters_of
+
+logger = logging.getLogger(__name__)
+
+#: Seconds after a failover a split's translation waits for the mark of the
+#: last record its query read (the report of the task that read it).
+WAIT_S = 10.0
+#: Records of one mirror partition read at most looking for a copy.
+MAX_SCAN_RECORDS = 200_000
+#: Seconds a scan of a mirror may take.
+SCAN_TIMEOUT_S = 30.0
+#: Records read back from a draining cluster's drain end for its last ones.
+DRAIN_TAIL_RECORDS = 64
+
+#: How a split's start was chosen (the ``result`` label of the metric).
+MATCHED, PARTIAL, ESTIMATE, EXACT = "matched", "partial", "estimate", "exact"
 
 
 @dataclass(frozen=True)
@@ -47,15 +86,53 @@ class Translation:
     source: str
     offset: int
     how: str
+    #: The strategy's estimate (-1: none, e.g. ``identity``).
+    estimate: int = -1
+    #: :data:`MATCHED`, :data:`PARTIAL` (the mirror lacked the newest records
+    #: read), :data:`ESTIMATE` (no copy found, or nothing to match with),
+    #: :data:`EXACT` (``identity``), or "" (no counterpart: earliest).
+    result: str = ""
+
+    @property
+    def skipped(self) -> int:
+        """Records between the estimate and the start: those not read twice."""
+        return max(self.offset - self.estimate, 0) if self.estimate >= 0 else 0
+
+
+@dataclass
+class _Ask:
+    """One split's translation under way."""
+
+    split: SplitId
+    source: str
+    #: The strategy's estimate: an offset, or a lookup still to make.
+    how: str
+    estimate: int = -1
+    lookup: OffsetQuery | None = None
+    #: The last record read, when it can be matched.
+    mark: Mark | None = None
+    exact: bool = False
+    found: Found | None = field(default=None)
 
 
 class FailoverTranslator:
     def __init__(
-        self, discovery: Discovery, marks: ReadMarks, syncs: MirrorSyncs | None = None
+        self,
+        discovery: Discovery,
+        marks: ReadMarks,
+        syncs: MirrorSyncs | None = None,
+        *,
+        wait_s: float = WAIT_S,
+        max_scan_records: int = MAX_SCAN_RECORDS,
     ) -> None:
         self._discovery = discovery
         self._marks = marks
         self._syncs = syncs
+        self._wait_s = wait_s
+        self._max_scan = max_scan_records
+        #: What a scan found, by (stream, mirror split, estimate, run, time
+        #: bound): every query at the same position asks the same.
+        self._found: dict[tuple[str, str, int, tuple[Fingerprint, ...], int], Found | None] = {}
 
     @staticmethod
     def record_for(
@@ -81,73 +158,182 @@ class FailoverTranslator:
         abandoned: Mapping[str, int],
         *,
         group_id: str = "",
+        now_ms: int | None = None,
     ) -> tuple[dict[str, int], list[Translation]]:
         """Starting offsets of ``splits`` (all of ``record.to_cluster``) that can
         be resolved now; none while the new cluster does not answer a lookup
-        they need (``identity`` needs none for splits with a counterpart)."""
-        exact: dict[str, tuple[int, str, str]] = {}  # split -> (offset, source, how)
-        lookups: dict[OffsetQuery, list[tuple[SplitId, str, str]]] = defaultdict(list)
+        they need (``identity`` needs none for splits with a counterpart), and
+        not those whose last record read is not known yet (see the module)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        waiting = now_ms < record.at_ms + self._wait_s * 1000
+        asks: list[_Ask] = []
+        done: list[Translation] = []
         for b in splits:
             topic = view.spec.counterpart_topic(record.to_cluster, record.from_cluster, b.topic)
             source = SplitId(record.from_cluster, topic or b.topic, b.partition)
             a = str(source)
             if topic is None or a not in start:
                 why = "no counterpart on the failed cluster: earliest"
-                lookups[OffsetQuery.earliest()].append((b, "", why))
+                asks.append(_Ask(b, "", why, lookup=OffsetQuery.earliest()))
                 continue
             pos = min(start[a], abandoned.get(a, start[a]))
             if record.strategy is FailoverStrategy.IDENTITY:
-                exact[str(b)] = (pos, a, f"identity from {a}@{pos}")
+                done.append(Translation(str(b), a, pos, f"identity from {a}@{pos}", -1, EXACT))
                 continue
-            fallback = ""
-            if record.strategy is FailoverStrategy.MM2:
-                hit = (
-                    self._syncs.translate(view.name, record.to_cluster, source, pos)
-                    if self._syncs
-                    else None
-                )
-                if hit is not None:
-                    up, down = hit.sync.upstream_offset, hit.sync.downstream_offset
-                    how = f"mm2 from {a}@{pos} by the sync {up} -> {down}"
-                    exact[str(b)] = (hit.offset, a, how)
-                    continue
-                cp = self._checkpoint(view, record.to_cluster, group_id, b, pos)
-                if cp is not None:
-                    how = (
-                        f"mm2 from {a}@{pos} by group {group_id}'s checkpoint "
-                        f"{cp.upstream_offset} -> {cp.downstream_offset}"
-                    )
-                    exact[str(b)] = (cp.downstream_offset, a, how)
-                    continue
-                fallback = f"no MM2 offset sync at or before {a}@{pos}, so timestamp: "
-            mark = self._marks.at_or_before(view.name, a, pos - 1) if pos > 0 else None
-            if mark is None:
-                why = "nothing read yet" if pos == 0 else "no read mark"
-                how = f"{fallback}{why} on {a}@{pos}: earliest"
-                lookups[OffsetQuery.earliest()].append((b, a, how))
-                continue
-            ts = max(mark[1] - record.margin_ms, 0)
-            how = f"{fallback}time of {a}@{mark[0]} ({mark[1]} ms) - {record.margin_ms} ms margin"
-            lookups[OffsetQuery.at_time(ts)].append((b, a, how))
-        asks = list(lookups.items())
+            mark, exact = self._marks.last_read(view.name, a, pos)
+            if not exact and pos > 0 and waiting:
+                continue  # the report of what was read last may be on its way
+            asks.append(self._estimate(view, record, b, a, pos, mark, exact, group_id))
         try:
-            answers = await asyncio.gather(
-                *(
-                    self._discovery.cluster_offsets(
-                        view.name, record.to_cluster, [b for b, _, _ in items], query
-                    )
-                    for query, items in asks
-                )
-            )
+            await self._look_up(view.name, record.to_cluster, asks)
+            await self._match(view, record.to_cluster, asks, record.margin_ms)
         except UnavailableError:
             return {}, []  # the new cluster does not answer: try again next batch
-        for (_, items), found in zip(asks, answers, strict=True):
-            for b, a, how in items:
-                if str(b) in found:
-                    exact[str(b)] = (found[str(b)], a, how)
-        entry = {s: off for s, (off, _, _) in exact.items()}
-        notes = [Translation(s, a, off, how) for s, (off, a, how) in sorted(exact.items())]
-        return entry, notes
+        done.extend(_chosen(ask) for ask in asks if ask.estimate >= 0)
+        entry = {t.split: t.offset for t in done}
+        return entry, sorted(done, key=lambda t: t.split)
+
+    def _estimate(
+        self,
+        view: StreamView,
+        record: FailoverRecord,
+        b: SplitId,
+        a: str,
+        pos: int,
+        mark: Mark | None,
+        exact: bool,
+        group_id: str,
+    ) -> _Ask:
+        """The strategy's estimate for split ``b`` from ``a`` at ``pos``."""
+        source = SplitId.parse(a)
+        matchable = mark if mark is not None and mark.fingerprints else None
+        if mark is not None and matchable is None:
+            exact = False  # nothing to find it by: "not matched" in the history
+        fallback = ""
+        if record.strategy is FailoverStrategy.MM2:
+            hit = (
+                self._syncs.translate(view.name, record.to_cluster, source, pos)
+                if self._syncs
+                else None
+            )
+            if hit is not None:
+                up, down = hit.sync.upstream_offset, hit.sync.downstream_offset
+                how = f"mm2 from {a}@{pos} by the sync {up} -> {down}"
+                return _Ask(b, a, how, hit.offset, mark=matchable, exact=exact)
+            cp = self._checkpoint(view, record.to_cluster, group_id, b, pos)
+            if cp is not None:
+                how = (
+                    f"mm2 from {a}@{pos} by group {group_id}'s checkpoint "
+                    f"{cp.upstream_offset} -> {cp.downstream_offset}"
+                )
+                return _Ask(b, a, how, cp.downstream_offset, mark=matchable, exact=exact)
+            fallback = f"no MM2 offset sync at or before {a}@{pos}, so timestamp: "
+        if mark is None:
+            why = "nothing read yet" if pos == 0 else "no read mark"
+            how = f"{fallback}{why} on {a}@{pos}: earliest"
+            return _Ask(b, a, how, lookup=OffsetQuery.earliest())
+        ts = max(mark.timestamp_ms - record.margin_ms, 0)
+        how = (
+            f"{fallback}time of {a}@{mark.offset} ({mark.timestamp_ms} ms) - "
+            f"{record.margin_ms} ms margin"
+        )
+        return _Ask(b, a, how, lookup=OffsetQuery.at_time(ts), mark=matchable, exact=exact)
+
+    async def _look_up(self, stream: str, cluster: str, asks: Sequence[_Ask]) -> None:
+        """Resolve the estimates that are lookups on the new cluster."""
+        lookups: dict[OffsetQuery, list[_Ask]] = defaultdict(list)
+        for ask in asks:
+            if ask.lookup is not None:
+                lookups[ask.lookup].append(ask)
+        items = list(lookups.items())
+        answers = await asyncio.gather(
+            *(
+                self._discovery.cluster_offsets(stream, cluster, [x.split for x in group], query)
+                for query, group in items
+            )
+        )
+        for (_, group), found in zip(items, answers, strict=True):
+            for ask in group:
+                if str(ask.split) in found:
+                    ask.estimate = found[str(ask.split)]
+
+    async def _match(
+        self, view: StreamView, cluster: str, asks: Sequence[_Ask], margin_ms: int
+    ) -> None:
+        """Find the copies of the last records read, from each estimate up to
+        the last record's time plus ``margin_ms`` (cached per position)."""
+        keys = {
+            id(a): (
+                view.name,
+                str(a.split),
+                a.estimate,
+                a.mark.fingerprints,
+                a.mark.timestamp_ms + margin_ms,
+            )
+            for a in asks
+            if a.mark is not None and a.estimate >= 0
+        }
+        todo = [a for a in asks if id(a) in keys]
+        scan = [a for a in todo if keys[id(a)] not in self._found]
+        if scan:
+            # What the marks say is written before it decides a translation: a
+            # leader that takes over finds the same (the match is a function
+            # of etcd and the mirror).
+            await self._marks.flush()
+            found = await self.find(
+                view,
+                cluster,
+                {
+                    (a.split.topic, a.split.partition): (
+                        a.estimate,
+                        keys[id(a)][3],
+                        keys[id(a)][4],
+                    )
+                    for a in scan
+                },
+            )
+            for a in scan:
+                self._found[keys[id(a)]] = found.get((a.split.topic, a.split.partition))
+            if len(self._found) > 10_000:
+                self._found.clear()
+        for ask in todo:
+            ask.found = self._found.get(keys[id(ask)])
+
+    async def find(
+        self,
+        view: StreamView,
+        cluster: str,
+        runs: Mapping[tuple[str, int], tuple[int, tuple[Fingerprint, ...], int]],
+    ) -> dict[tuple[str, int], Found]:
+        """For each partition of ``cluster``: where the copy of ``run`` (the
+        last records read, oldest first) is, reading from ``start`` on up to
+        the first record later than ``limit_ms`` (``runs``: partition ->
+        (start, run, limit_ms)), the end of the partition when asked, or
+        :data:`MAX_SCAN_RECORDS`."""
+        if not runs:
+            return {}
+        props = view.spec.clusters[cluster].properties
+        query = OffsetQuery.stable() if reads_committed(props) else OffsetQuery.latest()
+        cc = self._discovery.require(view.name, cluster)
+        ends = await self._discovery.offsets(cc, list(runs), query)
+        matchers = {tp: Matcher(run) for tp, (_, run, _) in runs.items()}
+        limits = {tp: limit for tp, (_, _, limit) in runs.items()}
+        max_scan = self._max_scan
+
+        def visit(tp: tuple[str, int], m: Record) -> bool:
+            ts = m.timestamp()[1]
+            if ts > limits[tp]:
+                return False
+            matcher = matchers[tp]
+            matcher.feed(
+                m.offset() or 0,
+                fingerprint(m.key(), m.value(), ts) if ts in matcher.times else None,
+            )
+            return matcher.fed < max_scan
+
+        windows = {tp: (start, ends.get(tp, start)) for tp, (start, _, _) in runs.items()}
+        await self._discovery.scan(view.name, cluster, windows, visit, SCAN_TIMEOUT_S)
+        return {tp: f for tp, m in matchers.items() if (f := m.found()) is not None}
 
     def _checkpoint(
         self, view: StreamView, mirror: str, group_id: str, split: SplitId, position: int
@@ -174,16 +360,16 @@ class FailoverTranslator:
             mirror.source if source is not None and source.state is ClusterState.DRAINING else None
         )
 
-    def translate_drain(
+    async def translate_drain(
         self, view: StreamView, cluster: str, source: str, splits: Sequence[SplitId]
     ) -> tuple[dict[str, int], list[Translation], list[SplitId]]:
         """Starting offsets of ``splits`` (of ``cluster``, MM2's replica of the
-        DRAINING ``source``): each the translation of its counterpart's drain
-        end offset. The splits without a usable sync are returned last; they
-        take their cluster's starting position."""
+        DRAINING ``source``): each right after the copy of the last record
+        before its counterpart's drain end offset, found from the offset
+        syncs' translation of that end on. The splits without a usable sync
+        are returned last; they take their cluster's starting position."""
         ends = view.status.drains[source]
-        entry: dict[str, int] = {}
-        notes: list[Translation] = []
+        asks: list[_Ask] = []
         rest: list[SplitId] = []
         for b in splits:
             topic = view.spec.counterpart_topic(cluster, source, b.topic)
@@ -194,11 +380,86 @@ class FailoverTranslator:
                 if end is not None and self._syncs is not None
                 else None
             )
-            if hit is None:
+            if hit is None or end is None:
                 rest.append(b)
                 continue
             up, down = hit.sync.upstream_offset, hit.sync.downstream_offset
             how = f"mm2 from the drain end {a}@{end} by the sync {up} -> {down}"
-            entry[str(b)] = hit.offset
-            notes.append(Translation(str(b), str(a), hit.offset, how))
-        return entry, notes, rest
+            asks.append(_Ask(b, str(a), how, hit.offset))
+        try:
+            tails = await self._tails(view, source, asks)
+            for ask in asks:
+                ask.mark = tails.get(ask.source)
+                ask.exact = ask.mark is not None
+            await self._match(view, cluster, asks, DEFAULT_MARGIN_MS)
+        except UnavailableError as exc:
+            # The draining cluster or the mirror does not answer: the syncs'
+            # translation stands (a lower bound, as before matching).
+            logger.warning(
+                "drain translation not matched",
+                extra={"stream": view.name, "cluster": cluster, "error": str(exc)},
+            )
+        notes = [_chosen(ask) for ask in asks]
+        return {t.split: t.offset for t in notes}, notes, rest
+
+    async def _tails(self, view: StreamView, source: str, asks: Sequence[_Ask]) -> dict[str, Mark]:
+        """The last records before each ask's drain end on ``source`` (the
+        draining cluster, still there), as marks."""
+        ends = view.status.drains[source]
+        windows = {}
+        for ask in asks:
+            a = SplitId.parse(ask.source)
+            end = ends[ask.source]
+            if end > 0:
+                windows[(a.topic, a.partition)] = (max(end - DRAIN_TAIL_RECORDS, 0), end)
+        if not windows:
+            return {}
+        last: dict[tuple[str, int], list[tuple[int, Fingerprint]]] = defaultdict(list)
+
+        def visit(tp: tuple[str, int], m: Record) -> bool:
+            ts = m.timestamp()[1]
+            last[tp].append((m.offset() or 0, fingerprint(m.key(), m.value(), ts)))
+            return True
+
+        await self._discovery.scan(view.name, source, windows, visit, SCAN_TIMEOUT_S)
+        out = {}
+        for (topic, partition), records in last.items():
+            tail = records[-TRAILING:]
+            offset, fp = tail[-1]
+            split = str(SplitId(source, topic, partition))
+            out[split] = Mark(offset, fp.timestamp_ms, ends[split], tuple(f for _, f in tail))
+        return out
+
+
+def _chosen(ask: _Ask) -> Translation:
+    """Where ``ask``'s split starts: after the copy found, else the estimate."""
+    split, a = str(ask.split), ask.source
+    found, mark = ask.found, ask.mark
+    if found is not None and mark is not None and found.offset + 1 >= ask.estimate:
+        offset = found.offset + 1
+        full = found.matched == found.of
+        result = MATCHED if full and ask.exact else PARTIAL
+        which = (
+            f"the last {found.of} records read, up to {a}@{mark.offset},"
+            if full
+            else f"{found.matched} of the last {found.of} records read (the mirror lacks the newest)"
+        )
+        if not ask.exact:
+            which += " (the last read record known then, not the very last)"
+        places = f"; found at {found.places} places" if found.places > 1 else ""
+        how = (
+            f"{ask.how} = {ask.estimate}; matched {which} at {found.offset}{places}: "
+            f"starts after it, {offset - ask.estimate} records not read again"
+        )
+        return Translation(split, a, offset, how, ask.estimate, result)
+    if mark is None:
+        return Translation(split, a, ask.estimate, ask.how, ask.estimate, ESTIMATE if a else "")
+    return Translation(
+        split,
+        a,
+        ask.estimate,
+        f"{ask.how} = {ask.estimate}; no copy of the last records read found past it: "
+        "the estimate stands",
+        ask.estimate,
+        ESTIMATE,
+    )
