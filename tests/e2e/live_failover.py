@@ -98,9 +98,11 @@ def read_then_lose_primary(
     strategy: str,
     margin_ms: int,
     automatic: bool = False,
+    rewritten: bool = False,
 ) -> FailedOver:
     """A stream read from ``primary`` while ``mirror`` (STANDBY) receives the
-    same records; the primary is killed mid-stream and the stream fails over
+    same records (``rewritten``: with other values, as a transforming mirror
+    copies them); the primary is killed mid-stream and the stream fails over
     to the mirror (by an admin call, or by itself after its window)."""
     topic = e2e.topic(primary, mirror)
     name = uid("fo")
@@ -115,7 +117,15 @@ def read_then_lose_primary(
             "margin_ms": margin_ms,
         }
     e2e.admin.put_stream(doc)
-    feed = Feed([primary.bootstrap, mirror.bootstrap], topic, 2, "r", chunk=40, pause_s=0.05)
+    feed = Feed(
+        [primary.bootstrap, mirror.bootstrap],
+        topic,
+        2,
+        "r",
+        chunk=40,
+        pause_s=0.05,
+        rewritten=[mirror.bootstrap] if rewritten else [],
+    )
     run_id = e2e.start(name).runId
     feed.start()
     eventually(lambda: e2e.rows_from(primary.name) > 500, timeout_s=60)
@@ -131,12 +141,20 @@ def read_then_lose_primary(
     return FailedOver(name, topic, feed, run_id, cut)
 
 
-def failover_run(e2e: E2E, *, strategy: str, margin_ms: int, automatic: bool = False) -> FailedOver:
+def failover_run(
+    e2e: E2E, *, strategy: str, margin_ms: int, automatic: bool = False, rewritten: bool = False
+) -> FailedOver:
     primary = e2e.kafka.private("primary")
     (mirror,) = e2e.kafka.shared(1)
     mirror = Cluster("mirror", mirror.bootstrap, mirror.broker)
     run = read_then_lose_primary(
-        e2e, primary, mirror, strategy=strategy, margin_ms=margin_ms, automatic=automatic
+        e2e,
+        primary,
+        mirror,
+        strategy=strategy,
+        margin_ms=margin_ms,
+        automatic=automatic,
+        rewritten=rewritten,
     )
     sent = len(run.feed.sent)
     eventually(lambda: len(run.feed.sent) > sent + 400, timeout_s=30)
@@ -153,6 +171,18 @@ def duplicates_within_margin(
     assert_duplicates_within_margin(
         ((c, k) for c, k, _, _, _ in rows), run.feed, run.cut, margin_ms, primary
     )
+
+
+def read_exactly_once_across(e2e: E2E, run: FailedOver) -> list[str]:
+    """Every record the feed sent read once, from both clusters (the query
+    resumed on the mirror right after the copy of the last record it read
+    on the primary); returns the translations' details."""
+    e2e.assert_exactly_once({"r": len(run.feed.sent)})
+    assert {c for c, k, *_ in e2e.rows() if k.startswith("r:")} >= {"primary", "mirror"}
+    translated = [e.detail for e in e2e.admin.history(run.stream) if e.kind == "translated"]
+    assert translated
+    assert all("matched the last" in d for d in translated), translated
+    return translated
 
 
 def assert_identity_exact(e2e: E2E, run: FailedOver) -> None:

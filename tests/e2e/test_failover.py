@@ -12,7 +12,7 @@ from multikafka import PreconditionError
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.model import SplitId
 from multikafka.devstack import CoordinatorThread
-from multikafka.devstack.feed import create_topics, fence, sequence_report
+from multikafka.devstack.feed import create_topics, fence
 from multikafka.devstack.mirror import mirrored_stream
 from multikafka.devstack.offset_syncs import read_again
 from multikafka.v1 import common_pb2
@@ -22,6 +22,7 @@ from tests.e2e.live_failover import (
     assert_identity_exact,
     duplicates_within_margin,
     failover_run,
+    read_exactly_once_across,
     read_then_lose_primary,
 )
 from tests.helpers import eventually, produce_sequence, stream_doc, uid
@@ -89,18 +90,30 @@ def test_planned_migration_reads_every_record_once(e2e: E2E) -> None:
     e2e.assert_never_restarted(run_id)
 
 
-def test_failover_timestamp_strategy_loses_nothing(e2e_any: E2E) -> None:
+def test_failover_timestamp_strategy_reads_every_record_once(e2e_any: E2E) -> None:
     e2e = e2e_any
     run = failover_run(e2e, strategy="timestamp", margin_ms=1000)
-    duplicates_within_margin(e2e.rows(), run, 1000)
+    read_exactly_once_across(e2e, run)
     kinds = [e.kind for e in e2e.admin.history(run.stream)]
     assert "failover" in kinds
-    assert "translated" in kinds
     coord = e2e.coordinator.coordinator
     assert coord is not None
     assert (
         coord.metrics.failovers.labels(run.stream, "primary", "mirror", "admin")._value.get() == 1
     )
+    matched = coord.metrics.translations.labels(run.stream, "mirror", "matched")._value.get()
+    assert matched == 2
+
+
+def test_a_mirror_that_rewrites_records_falls_back_to_the_margin_and_says_so(e2e: E2E) -> None:
+    """No copy of the last records read is found on a mirror that changed
+    them: the translation's estimate stands (read again within the margin),
+    nothing is lost, and the history says so."""
+    run = failover_run(e2e, strategy="timestamp", margin_ms=1000, rewritten=True)
+    duplicates_within_margin(e2e.rows(), run, 1000)
+    translated = [e.detail for e in e2e.admin.history(run.stream) if e.kind == "translated"]
+    assert len(translated) == 2
+    assert all("the estimate stands" in d for d in translated), translated
 
 
 def test_failover_identity_strategy_is_exact(e2e: E2E) -> None:
@@ -110,13 +123,14 @@ def test_failover_identity_strategy_is_exact(e2e: E2E) -> None:
     assert_identity_exact(e2e, run)
 
 
-def test_failover_mm2_strategy_reads_again_only_what_mm2_s_syncs_leave(e2e: E2E) -> None:
+def test_failover_mm2_strategy_reads_every_record_once(e2e: E2E) -> None:
     """A MirrorMaker 2 mirror (remote topic ``primary.<topic>``, offsets
     shifted by earlier records and transaction markers, offset syncs written
     as MM2 writes them every ``offset.lag.max`` = 20 records): the primary
-    dies mid-stream and the stream fails over with ``mm2``. Nothing is lost,
-    and only records between each position and the newest sync the leader
-    had read are read twice: far fewer than any timestamp margin would."""
+    dies mid-stream and the stream fails over with ``mm2``. The newest sync
+    at or before each position is where the mirror is read from; the query
+    goes on right after the copy of the last record it read: nothing lost,
+    nothing read twice (MM2's rule alone reads again what lies between)."""
     primary = e2e.kafka.private("primary")
     (mirror,) = e2e.kafka.shared(1)
     lag_max = 20
@@ -162,14 +176,13 @@ def test_failover_mm2_strategy_reads_again_only_what_mm2_s_syncs_leave(e2e: E2E)
     e2e.wait_count("r:", total, timeout_s=90)
     e2e.assert_never_restarted(run_id)
 
+    # Every record once: the sync's translation is where the mirror is read
+    # from, and the query goes on right after the copy of its last record.
+    e2e.assert_exactly_once({"r": total})
     rows = e2e.rows()
-    missing, duplicated = sequence_report([k for _, k, _, _, _ in rows], {"r": total})
-    assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
-    assert all(n == 2 for n in duplicated.values())
-    # Only records of the primary's time are read twice, from both clusters.
-    assert all(int(k.split(":")[1]) < cut for k in duplicated)
-    # The positions the query had on the primary, and what MM2's rule allows
-    # with the syncs the leader may have read by the kill.
+    assert any(c == "mirror" and int(k[2:]) < cut for c, k, *_ in rows if k.startswith("r:"))
+    # MM2's rule alone would have read again what lies between each
+    # position and the newest sync the leader read by the kill.
     positions: dict[tuple[str, int], int] = {}
     for cluster, k, _, partition, offset in rows:
         if cluster == "primary" and k.startswith("r:"):
@@ -177,15 +190,16 @@ def test_failover_mm2_strategy_reads_again_only_what_mm2_s_syncs_leave(e2e: E2E)
             positions[tp] = max(positions.get(tp, 0), offset + 1)
     again = read_again(stream.copy.syncs, positions, lag_max)
     assert not again.unsynced
-    assert len(duplicated) <= again.bound, (len(duplicated), again)
     translated = [e for e in e2e.admin.history(name) if e.kind == "translated"]
-    assert translated
-    assert "by the sync" in translated[0].detail
+    assert len(translated) == 2
+    for t in translated:
+        assert "by the sync" in t.detail
+        assert "matched the last" in t.detail
 
 
 def test_automatic_failover_after_unreachability_window(e2e: E2E) -> None:
     run = failover_run(e2e, strategy="timestamp", margin_ms=1000, automatic=True)
-    duplicates_within_margin(e2e.rows(), run, 1000)
+    read_exactly_once_across(e2e, run)
     auto = [e for e in e2e.admin.history(run.stream) if e.kind == "auto-failover"]
     assert len(auto) == 1
     assert "unreachable for" in auto[0].detail
@@ -222,9 +236,9 @@ def test_failover_then_migrate_back(e2e: E2E) -> None:
     eventually(lambda: len(run.feed.sent) > sent + 300, timeout_s=30)
     total = run.feed.stop()
     e2e.wait_count("r:", total, timeout_s=90)
-    # Only the failover re-reads (inside its margin); the migration back
-    # duplicates nothing, and east's new data is read from its start.
-    duplicates_within_margin(e2e.rows(), run, 1000, primary="east")
+    # Neither the failover nor the migration back reads anything twice, and
+    # east's new data is read from its start.
+    e2e.assert_exactly_once({"r": len(run.feed.sent)})
     e2e.assert_never_restarted(run.run_id)
 
 

@@ -21,6 +21,7 @@ from multikafka.coordinator.planning.planner import ClusterSnapshot, plan_end
 from multikafka.coordinator.state.stream_state import FailoverRecord
 from multikafka.coordinator.translation import FailoverTranslator, ReadMarks
 from multikafka.coordinator.translation.failover import ESTIMATE, MATCHED, PARTIAL
+from multikafka.coordinator.translation.mm2 import OffsetSync
 from multikafka.core.fingerprint import Fingerprint, fingerprint
 from multikafka.core.model import ClusterState, FailoverStrategy, SplitId
 from multikafka.core.offsets import as_offsets
@@ -195,15 +196,24 @@ async def test_mm2_starts_from_its_sync_and_matches_from_there(parts: Parts) -> 
     record = await mirrored(parts, strategy=FailoverStrategy.TIMESTAMP)
     await parts.put(doc)
     record = FailoverRecord("a", "b", FailoverStrategy.MM2, 1000, record.at_ms)
+    # MM2 synced a/t/0's offset 30 (copied to 130); none of a/t/1's
+    key, value = OffsetSync("t", 0, 30, SHIFT + 30).encode()
+    parts.kafka.cluster(A).append_internal("mm2-offset-syncs.b.internal", key, value)
+    await parts.duties.syncs.poll()
     read_up_to(parts, 0, 30)
     read_up_to(parts, 1, 30)
 
     entry, notes = await translate(parts, record, {"a/t/0": 30, "a/t/1": 30})
 
-    # no syncs known: the timestamp estimate, matched all the same
     assert entry == {"b/t/0": SHIFT + 30, "b/t/1": SHIFT + 30}
-    assert notes["b/t/0"].how.startswith("no MM2 offset sync at or before a/t/0@30")
-    assert notes["b/t/0"].result == MATCHED
+    # a/t/0 at the sync: its estimate is the copy of the first record not
+    # read, and the copy of the last one read lies just before it
+    t = notes["b/t/0"]
+    assert t.how.startswith(f"mm2 from a/t/0@30 by the sync 30 -> {SHIFT + 30}")
+    assert (t.estimate, t.offset, t.skipped, t.result) == (SHIFT + 30, SHIFT + 30, 0, MATCHED)
+    # a/t/1 without a sync: the timestamp estimate, matched all the same
+    assert notes["b/t/1"].how.startswith("no MM2 offset sync at or before a/t/1@30")
+    assert notes["b/t/1"].result == MATCHED
 
 
 async def test_every_query_at_one_position_shares_one_read_of_the_mirror(parts: Parts) -> None:

@@ -17,6 +17,7 @@ import itertools
 import logging
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -93,16 +94,36 @@ def _wait_topic(admin: AdminClient, topic: str, partitions: int, timeout_s: floa
 
 
 class SequenceProducer:
-    """Produces ``"<label>:<seq>"`` records round-robin over partitions."""
+    """Produces ``"<label>:<seq>"`` records round-robin over partitions
+    (``transactional``: inside transactions, :meth:`begin` and :meth:`commit`)."""
 
-    def __init__(self, bootstrap: str, *, batched: bool = True, value_size: int = 64) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        batched: bool = True,
+        value_size: int = 64,
+        transactional: bool = False,
+    ) -> None:
         config: dict[str, str | int] = {"bootstrap.servers": bootstrap, "linger.ms": 5}
         if batched:
             config.update({"batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000})
         else:
             config["batch.num.messages"] = 1
+        if transactional:
+            config["transactional.id"] = f"devstack-{uuid.uuid4().hex[:12]}"
         self._producer = Producer(config, logger=client_log(bootstrap))
+        if transactional:
+            self._producer.init_transactions(30)
         self._pad = b"x" * max(value_size - 16, 0)
+
+    def begin(self) -> None:
+        self._producer.begin_transaction()
+
+    def commit(self, timeout_s: float = 30.0) -> None:
+        """Commit the transaction (its records delivered first): its commit
+        marker takes an offset in every partition it wrote."""
+        self._producer.commit_transaction(timeout_s)
 
     def produce(
         self,
@@ -179,7 +200,9 @@ class Feed(threading.Thread):
     """Produces ``label:seq`` records in chunks with pauses until stopped or
     ``limit`` is reached. Each chunk goes to every current target cluster with
     the same record timestamp, which is what a timestamp-preserving mirror
-    does; :meth:`route` moves producers (and mirrors) between clusters.
+    does (``rewritten`` targets get other values: a mirror that transforms
+    what it copies); :meth:`route` moves producers (and mirrors) between
+    clusters.
 
     ``sent`` lists ``(seq, timestamp_ms)`` of every record produced.
 
@@ -201,6 +224,7 @@ class Feed(threading.Thread):
         pause_s: float = 0.05,
         limit: int | None = None,
         mirror: Mm2Copy | None = None,
+        rewritten: Iterable[str] = (),
     ) -> None:
         super().__init__(name=f"feed-{label}", daemon=True)
         if mirror is not None and list(targets) != [mirror.source]:
@@ -219,6 +243,9 @@ class Feed(threading.Thread):
         self._stop_event = threading.Event()
         self._fenced = False
         self.mirror = mirror
+        #: Clusters whose records differ from the others' in their values (a
+        #: mirror that transforms what it copies).
+        self.rewritten = frozenset(rewritten)
         #: Whether chunks are still copied to ``mirror``.
         self._copying = mirror is not None
         #: Where :meth:`held` fenced the targets: len(sent) at the time.
@@ -349,16 +376,25 @@ class Feed(threading.Thread):
     def margin_window(
         self, read_from_primary: Iterable[int], cut: int, margin_ms: int, slack_ms: int = 1000
     ) -> set[int]:
-        """Sequence numbers a timestamp failover may read twice: those sent
-        within ``margin_ms`` before the last record read from the primary
-        among those sent before ``cut`` (see :meth:`route`), plus ``slack_ms``
-        because tansu looks times up by append time, not create time."""
+        """Sequence numbers a timestamp failover may read twice when it falls
+        back to its estimate: per partition, those sent within ``margin_ms``
+        before the last record read from the primary among those sent before
+        ``cut`` (see :meth:`route`), plus ``slack_ms`` because tansu looks
+        times up by append time, not create time. Per partition, because a
+        query's reads of its partitions stop at different records when the
+        primary dies (one task may not have started yet)."""
         sent = dict(self.sent)
-        before = [sent[s] for s in read_from_primary if s < cut]
-        if not before:
-            return set()
-        last = max(before)
-        return {s for s, ts in self.sent if last - margin_ms - slack_ms <= ts <= last}
+        last: dict[int, int] = {}
+        for s in read_from_primary:
+            if s < cut:
+                p = s % self.partitions
+                last[p] = max(last.get(p, sent[s]), sent[s])
+        return {
+            s
+            for s, ts in self.sent
+            if (p := s % self.partitions) in last
+            and last[p] - margin_ms - slack_ms <= ts <= last[p]
+        }
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """Stop producing, fence the current targets; returns records sent."""
@@ -398,7 +434,9 @@ class Feed(threading.Thread):
                     for bootstrap in self._targets:
                         producer = self._producers.get(bootstrap)
                         if producer is None:
-                            producer = self._producers[bootstrap] = SequenceProducer(bootstrap)
+                            producer = self._producers[bootstrap] = SequenceProducer(
+                                bootstrap, value_size=80 if bootstrap in self.rewritten else 64
+                            )
                         producer.produce(
                             self._topic_of(bootstrap),
                             self.partitions,

@@ -7,11 +7,12 @@ with **shifted offsets**, and writes MM2-format offset syncs.
   names it): created with the source's partitions and first given ``shifts[p]``
   records (key ``__earlier__``) per partition, as if an earlier replication had
   filled it, so the copy of upstream offset ``u`` is ``u + shifts[p]``;
-* **markers** (``marker_every`` chunks, 0 = never): one record (key
-  ``__marker__``) per partition after every such chunk, where an exactly-once
-  MM2's transaction marker takes an offset: the shift then grows over time.
-  Both kinds of filler are no stream records (``feed.is_stream_key``), as
-  fences are, so a verification does not count them;
+* **transaction markers** (``marker_every`` chunks, 0 = never): every such
+  chunk is copied in a transaction, as an exactly-once MM2 copies, whose
+  commit marker takes an offset in each partition after it (no reader sees
+  it): the shift then grows over time. The earlier records are no stream
+  records (``feed.is_stream_key``), as fences are, so a verification does
+  not count them;
 * **offset syncs**: ``mm2-offset-syncs.<alias>.internal`` (the caller names
   it and the cluster that holds it), one partition, ``cleanup.policy=compact``
   as MM2's ``createSinglePartitionCompactedTopic`` makes it (tansu accepts and
@@ -55,8 +56,6 @@ from multikafka.devstack.stack import stream_doc
 TAIL_S = 1.0
 #: Records the remote topic held before the copy started.
 EARLIER_KEY = b"__earlier__"
-#: A record where an exactly-once MM2's transaction marker would take an offset.
-MARKER_KEY = b"__marker__"
 
 
 def create_syncs_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> None:
@@ -82,7 +81,8 @@ class Mm2Copy:
     syncs_topic: str
     #: ``__earlier__`` records per partition before the copy.
     shifts: Sequence[int] = ()
-    #: A ``__marker__`` per partition after every this many chunks (0: never).
+    #: Every this many chunks, a chunk copied in a transaction, whose commit
+    #: marker takes an offset per partition after it (0: never).
     marker_every: int = 0
     offset_lag_max: int = OFFSET_LAG_MAX
     #: How often delayed syncs are written (MM2: ``offset.flush.interval.ms``).
@@ -93,6 +93,7 @@ class Mm2Copy:
     synced_at: list[float] = field(default_factory=list)
     _writer: OffsetSyncWriter = field(init=False)
     _copies: SequenceProducer | None = field(default=None, init=False)
+    _in_transactions: SequenceProducer | None = field(default=None, init=False)
     _sync_producer: Producer | None = field(default=None, init=False)
     _chunks: int = field(default=0, init=False)
     _last_commit: float = field(default_factory=time.monotonic, init=False)
@@ -126,10 +127,19 @@ class Mm2Copy:
     ) -> None:
         """Copy one chunk the feed produced (``upstream``: seq -> its offset on
         the source) and write the syncs MM2 would."""
-        if self._copies is None:
-            self._copies = SequenceProducer(self.mirror)
+        self._chunks += 1
+        marked = bool(self.marker_every) and self._chunks % self.marker_every == 0
+        if marked:
+            if self._in_transactions is None:
+                self._in_transactions = SequenceProducer(self.mirror, transactional=True)
+            producer = self._in_transactions
+            producer.begin()
+        else:
+            if self._copies is None:
+                self._copies = SequenceProducer(self.mirror)
+            producer = self._copies
         downstream: dict[int, int] = {}
-        self._copies.produce(
+        producer.produce(
             self.topic,
             partitions,
             label,
@@ -137,12 +147,9 @@ class Mm2Copy:
             timestamp_ms=timestamp_ms,
             on_delivery=offsets_into(downstream),
         )
-        self._copies.flush()
-        self._chunks += 1
-        if self.marker_every and self._chunks % self.marker_every == 0:
-            for p in range(partitions):
-                self._copies.raw(self.topic, p, MARKER_KEY)
-            self._copies.flush()
+        if marked:
+            producer.commit()
+        producer.flush()
         if self.syncs_cluster is None:
             return
         due = []
@@ -184,9 +191,10 @@ class Mm2Copy:
         fence(self.mirror, self.topic, partitions)
 
     def close(self) -> None:
-        if self._copies is not None:
-            self._copies.close()
-            self._copies = None
+        for producer in (self._copies, self._in_transactions):
+            if producer is not None:
+                producer.close()
+        self._copies = self._in_transactions = None
         if self._sync_producer is not None:
             self._sync_producer.flush(5)
             self._sync_producer = None

@@ -73,6 +73,10 @@ MAX_SCAN_RECORDS = 200_000
 SCAN_TIMEOUT_S = 30.0
 #: Records read back from a draining cluster's drain end for its last ones.
 DRAIN_TAIL_RECORDS = 64
+#: Records of the mirror read before an estimate: MM2's rule puts a position
+#: at a sync at the copy of its first unread record, so the copies of the
+#: last ones read lie just before it (a transaction marker or few between).
+SCAN_BEFORE = 16
 
 #: How a split's start was chosen (the ``result`` label of the metric).
 MATCHED, PARTIAL, ESTIMATE, EXACT = "matched", "partial", "estimate", "exact"
@@ -306,10 +310,10 @@ class FailoverTranslator:
         runs: Mapping[tuple[str, int], tuple[int, tuple[Fingerprint, ...], int]],
     ) -> dict[tuple[str, int], Found]:
         """For each partition of ``cluster``: where the copy of ``run`` (the
-        last records read, oldest first) is, reading from ``start`` on up to
-        the first record later than ``limit_ms`` (``runs``: partition ->
-        (start, run, limit_ms)), the end of the partition when asked, or
-        :data:`MAX_SCAN_RECORDS`."""
+        last records read, oldest first) is, reading from a little before
+        ``start`` (:data:`SCAN_BEFORE`) on up to the first record later than
+        ``limit_ms`` (``runs``: partition -> (start, run, limit_ms)), the end
+        of the partition when asked, or :data:`MAX_SCAN_RECORDS`."""
         if not runs:
             return {}
         props = view.spec.clusters[cluster].properties
@@ -331,7 +335,10 @@ class FailoverTranslator:
             )
             return matcher.fed < max_scan
 
-        windows = {tp: (start, ends.get(tp, start)) for tp, (start, _, _) in runs.items()}
+        windows = {
+            tp: (max(start - SCAN_BEFORE, 0), ends.get(tp, start))
+            for tp, (start, _, _) in runs.items()
+        }
         await self._discovery.scan(view.name, cluster, windows, visit, SCAN_TIMEOUT_S)
         return {tp: f for tp, m in matchers.items() if (f := m.found()) is not None}
 
@@ -435,8 +442,10 @@ def _chosen(ask: _Ask) -> Translation:
     """Where ``ask``'s split starts: after the copy found, else the estimate."""
     split, a = str(ask.split), ask.source
     found, mark = ask.found, ask.mark
-    if found is not None and mark is not None and found.offset + 1 >= ask.estimate:
-        offset = found.offset + 1
+    if found is not None and mark is not None:
+        # The estimate is at or before the copy of the first record not
+        # read: never start before it either.
+        offset = max(found.offset + 1, ask.estimate)
         full = found.matched == found.of
         result = MATCHED if full and ask.exact else PARTIAL
         which = (
