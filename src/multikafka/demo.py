@@ -6,20 +6,21 @@ Default story (``--failover``): the stream is read from "east" while "west"
 mirrors it (STANDBY). Mid-stream east dies; the stream fails over to west
 with timestamp translation. Later east comes back empty and the stream
 migrates back (east ACTIVE, west drained). The query never restarts. The
-verification at the end: every record produced was read (lost = 0), and the
-only duplicates are records inside the failover margin.
+verification at the end: every record produced was read once (lost = 0,
+duplicated = 0): the query resumed on west right after west's copy of the
+last record it read on each of east's partitions, found by the records'
+fingerprints from the strategy's estimate on.
 
-``--strategy`` picks the mirror and the failover's translation (the rest of
+``--strategy`` picks the mirror and the failover's estimate (the rest of
 the story is the same):
 
-* ``timestamp`` (default): west has the same topic and record times;
+* ``timestamp`` (default): west has the same topic and record times; the
+  estimate is the time of the last record read minus a 2 s margin;
 * ``identity``: west is an offset-preserving mirror (same topic, offsets);
-  no duplicates;
 * ``mm2``: west is MirrorMaker 2's replica (``multikafka.devstack.mirror``):
-  topic ``east.orders`` at shifted offsets, offset syncs on east every
-  ``offset.lag.max`` (100) records; duplicates at most 100 per partition plus
-  how far the query's position was behind the newest sync when east died
-  (``offset_syncs.read_again``).
+  topic ``east.orders`` at shifted offsets, transaction markers, offset syncs
+  on east every ``offset.lag.max`` (100) records; the estimate is MM2's
+  translation of each position by the newest sync at or before it.
 
 ``--no-failover``: both clusters ACTIVE with their own topics; every record
 is read exactly once (lost = 0, duplicated = 0).
@@ -27,6 +28,7 @@ is read exactly once (lost = 0, duplicated = 0).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +43,6 @@ from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import PreconditionError
 from multikafka.devstack.feed import NOT_STREAM_PREFIX, Feed, create_topics, fence
 from multikafka.devstack.mirror import STRATEGIES, MirroredStream, mirrored_stream
-from multikafka.devstack.offset_syncs import read_again
 from multikafka.devstack.processes import EtcdServer, TansuBroker, temp_work_dir
 from multikafka.devstack.spark import local_spark
 from multikafka.devstack.stack import LocalStack, stream_doc
@@ -72,16 +73,12 @@ class Verification:
     read: dict[str, int] = field(default_factory=dict)
     lost: int = 0
     duplicated: int = 0
-    #: duplicates the failover margin allows (at-least-once); 0 without failover
-    allowed_duplicates: int = 0
-    #: what allows them (printed after the count)
-    allowed_by: str = "the failover margin"
     #: a line printed after the verification
     note: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.duplicated <= self.allowed_duplicates
+        return self.lost == 0 and self.duplicated == 0
 
 
 def _keys(spark: SparkSession, sink: Path) -> Any:
@@ -125,10 +122,9 @@ def print_verification(v: Verification, title: str) -> None:
         table.add_row(cluster, f"{n:,}")
     console.print(table)
     status = "[green]OK[/green]" if v.ok else "[red]FAILED[/red]"
-    allowed = f" ({v.allowed_by} allows {v.allowed_duplicates:,})" if v.allowed_duplicates else ""
     console.print(
         f"{status}  produced {v.produced:,}  read {sum(v.read.values()):,}  "
-        f"lost = {v.lost:,}  duplicated = {v.duplicated:,}{allowed}"
+        f"lost = {v.lost:,}  duplicated = {v.duplicated:,}"
     )
     if v.note:
         console.print(v.note)
@@ -304,9 +300,8 @@ def demo_failover(
         def act(produced: int, read: int) -> str:
             if phase.n == 0 and produced >= records // 3 and read >= records // 5:
                 # The mirror keeps receiving; east is gone.
-                phase.killed_at_seq = feed.route([west])
+                feed.route([west])
                 east_broker.process.kill()
-                phase.killed_at = time.time()
                 margin = "" if strategy == "identity" else f", margin {MARGIN_MS // 1000}s"
                 console.log(f"[red]east killed[/red]; failing over to west ({strategy}{margin})")
                 admin.failover(
@@ -346,7 +341,7 @@ def demo_failover(
         feed.stop()
         with console.status("verifying the sink"):
             result = verify(spark, wd / "sink", {"r": records})
-            _allow_duplicates(result, spark, wd / "sink", stream, feed, phase, admin)
+            result.note = _translations(admin)
         _print_history(admin)
         print_verification(result, "rows read per cluster (one query, never restarted)")
         return result
@@ -369,77 +364,30 @@ def _mirror_line(stream: MirroredStream) -> str:
     )
 
 
-def _allow_duplicates(
-    result: Verification,
-    spark: SparkSession,
-    sink: Path,
-    stream: MirroredStream,
-    feed: Feed,
-    phase: Phase,
-    admin: AdminClient,
-) -> None:
-    """What the failover may read twice: the margin's records (timestamp),
-    none (identity), or what MM2's rule re-reads with the syncs written
-    (mm2), plus the margin's where the coordinator fell back to timestamp."""
-    if stream.strategy == "identity":
-        return
-    killed_at_seq = phase.killed_at_seq
-    window = _margin_window(spark, sink, feed, killed_at_seq)
-    if stream.copy is None:
-        result.allowed_duplicates = window
-        return
-    # The query's position on each of east's partitions when it died: one
-    # past the last record it read there (records sent before the cut).
-    east = _keys(spark, sink).where("cluster = 'east'").select("partition", "offset", "k").collect()
-    positions: dict[tuple[str, int], int] = {}
-    for r in east:
-        if int(r["k"].split(":")[1]) < killed_at_seq:
-            tp = (TOPIC, int(r["partition"]))
-            positions[tp] = max(positions.get(tp, 0), int(r["offset"]) + 1)
-    copy = stream.copy
-    again = read_again(
-        copy.syncs,
-        positions,
-        copy.offset_lag_max,
-        surely_known=copy.known_by(phase.killed_at),
+def _translations(admin: AdminClient) -> str:
+    """One line on how the failover chose where west's splits start."""
+    details = [e.detail for e in admin.history("orders") if e.kind == "translated"]
+    matched = [d for d in details if "matched the last" in d]
+    skipped = sum(int(m.group(1)) for d in matched if (m := _SKIPPED.search(d)))
+    if not details:
+        return ""
+    return (
+        f"the failover matched the last records read on {len(matched)} of {len(details)} "
+        f"partitions: {skipped:,} records between the estimates and the starts were not "
+        "read again"
     )
-    fell_back = any(
-        e.kind == "translated" and "so timestamp" in e.detail for e in admin.history("orders")
-    )
-    result.allowed_duplicates = again.bound + (window if fell_back or again.unsynced else 0)
-    result.allowed_by = "mm2"
-    result.note = (
-        f"mm2 allows offset.lag.max ({copy.offset_lag_max}) per partition plus the distance "
-        f"between each position and the newest sync the coordinator may have read "
-        f"({len(copy.syncs)} syncs written); with every sync, MM2's rule reads "
-        f"{again.expected:,} again"
-        + (
-            "; splits that fell back to timestamp: the margin's records"
-            if fell_back or again.unsynced
-            else ""
-        )
-    )
+
+
+_SKIPPED = re.compile(r"(\d+) records not read again")
 
 
 @dataclass
 class Phase:
     n: int
     note: str
-    #: records produced when east died (those below were on east)
-    killed_at_seq: int = 0
-    #: when (``time.time()``)
-    killed_at: float = 0.0
 
     def move(self, n: int, note: str) -> None:
         self.n, self.note = n, note
-
-
-def _margin_window(spark: SparkSession, sink: Path, feed: Feed, killed_at_seq: int) -> int:
-    """How many records the failover may read twice (see Feed.margin_window)."""
-    east = _keys(spark, sink).where("cluster = 'east'").select("k").collect()
-    return len(
-        feed.margin_window((int(r["k"].split(":")[1]) for r in east), killed_at_seq, MARGIN_MS)
-    )
 
 
 def _print_history(admin: AdminClient) -> None:
@@ -450,8 +398,9 @@ def _print_history(admin: AdminClient) -> None:
         if e.kind in ("retired",):
             continue
         when = time.strftime("%H:%M:%S", time.localtime(e.time_ms / 1000))
-        # a failover says in full what it translates with; the rest is cut short
-        detail = e.detail if "failover" in e.kind else e.detail[:110]
+        # a failover says in full what it translates with, and each
+        # translation how it chose its start; the rest is cut short
+        detail = e.detail if "failover" in e.kind or e.kind == "translated" else e.detail[:110]
         table.add_row(when, e.kind, e.cluster, detail)
     console.print(table)
 
