@@ -107,6 +107,77 @@ def test_invalid_document_exits_non_zero_naming_the_field(
     assert "clusters.east.bootstrap_servers: required" in out
 
 
+def test_failover_dry_run_shows_where_each_query_would_start_and_changes_nothing(
+    coordinator: CoordinatorThread, kafka: KafkaClusters
+) -> None:
+    """A query (the standalone reader) read 300 records of each of a's two
+    partitions; b holds the same records (same keys, values and times)
+    after 100 of its own. The dry run answers, per partition, the mirror's
+    copy of the record after the last one read, matched from the timestamp
+    estimate on; the stream stays as it was."""
+    from multikafka import Reader
+    from multikafka.devstack.feed import SequenceProducer
+
+    a, b = kafka.shared(2)
+    topic = uid("dry")
+    for c in (a, b):
+        create_topics(c.bootstrap, {topic: 2})
+    produce_sequence(b.bootstrap, topic, 2, "own", range(200))  # and a fence per partition
+    for c in (a, b):
+        # the same records on both; the last one per partition in a batch
+        # of its own (tansu's high watermark is then right)
+        for seqs, batched in ((range(600), True), (range(600, 602), False)):
+            producer = SequenceProducer(c.bootstrap, batched=batched)
+            producer.produce(topic, 2, "r", seqs, timestamp_ms=1_700_000_000_000)
+            producer.flush()
+            producer.close()
+    name = uid("dry")
+    doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
+    doc["clusters"]["b"]["state"] = "STANDBY"
+    AdminClient(coordinator.address).put_stream(doc)
+    with Reader(coordinator.address, name, starting_offsets="earliest", query_id="dry-q") as r:
+        read = 0
+        for batch in r.batches(idle_timeout_s=5):
+            read += batch.num_rows
+        r.commit()
+        position = r.offsets["a"][topic]
+    assert read == 602
+    assert position == [301, 301]
+    hw_before = {e.kind for e in AdminClient(coordinator.address).history(name)}
+
+    def dry_run() -> dict[str, object]:
+        code, out = _admin(
+            coordinator, "--json", "failover", "--stream", name, "--from", "a", "--to", "b",
+            "--margin", "1s", "--dry-run",
+        )  # fmt: skip
+        assert code == 0, out
+        info: dict[str, object] = json.loads(out)
+        return info
+
+    info = eventually(lambda: (i := dry_run())["translations"] and i, timeout_s=30)
+    by_split = {t["split"]: t for t in info["translations"]}  # type: ignore[attr-defined]
+    assert set(by_split) == {f"b/{topic}/0", f"b/{topic}/1"}
+    for p in (0, 1):
+        t = by_split[f"b/{topic}/{p}"]
+        # b: 100 own records and a fence, then the copies of a's 301
+        assert (t["query_id"], t["source"], t["result"]) == (
+            "dry-q",
+            f"a/{topic}/{p}",
+            "matched",
+        ), t
+        assert int(t["offset"]) == 101 + 301
+        assert "matched the last 4 records read" in t["detail"]
+    # nothing changed
+    assert {c["cluster"]: c["state"] for c in info["clusters"]} == {"a": "ACTIVE", "b": "STANDBY"}  # type: ignore[index, union-attr]
+    kinds = {e.kind for e in AdminClient(coordinator.address).history(name)}
+    assert kinds == hw_before
+    code, out = _admin(
+        coordinator, "failover", "--stream", name, "--from", "a", "--to", "b", "--dry-run"
+    )
+    assert code == 0, out
+    assert "dry run" in out
+
+
 def test_cluster_operations_and_failover(
     coordinator: CoordinatorThread, kafka: KafkaClusters, tmp_path: Path
 ) -> None:

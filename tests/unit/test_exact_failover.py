@@ -300,3 +300,22 @@ def test_plan_end_keeps_a_held_failed_cluster_s_splits_without_a_new_range() -> 
     gone = plan_end(start, snapshots, {})
     assert gone.end == {"b/t/0": 9}
     assert gone.retired == {"a/t/0": "cluster failed"}
+
+
+async def test_the_mirror_is_read_past_the_margin_until_the_copy_is_found(parts: Parts) -> None:
+    """Records out of time order before the copy (b's own, timed long after
+    a's) do not end the search; once the copy is found, the margin does."""
+    record = await mirrored(parts)
+    for p in (0, 1):  # b's own records: far in the future
+        parts.kafka.cluster(B).times[("t", p)][:SHIFT] = [time_of(10_000)] * SHIFT
+    read_up_to(parts, 0, 30)
+    read_up_to(parts, 1, 30)
+    client = next(c for c in parts.kafka.clients if c.cluster is parts.kafka.cluster(B))
+
+    entry, notes = await translate(parts, record, {"a/t/0": 30, "a/t/1": 30})
+
+    assert entry == {"b/t/0": SHIFT + 30, "b/t/1": SHIFT + 30}
+    assert notes["b/t/0"].estimate == 0  # the time lookup: b's first record is "after" it
+    # each partition read up to the copy, then on to the margin's end: record
+    # 29's time + 1 s is record 39's, the last copied
+    assert client.scanned == 2 * (SHIFT + N)

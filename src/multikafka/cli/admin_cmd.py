@@ -370,6 +370,11 @@ _cluster_cmd("activate", "Mark the cluster ACTIVE.", "activate")
     help="timestamp safety margin (mm2: where no sync is usable), e.g. 30s, 500ms",
 )
 @click.option("--reason", default="")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="change nothing: show where each query's splits of the new cluster would start",
+)
 @pass_ctx
 def failover(
     ctx: Ctx,
@@ -379,15 +384,45 @@ def failover(
     strategy: str,
     margin: str,
     reason: str,
+    dry_run: bool,
 ) -> None:
-    """Fail over from one cluster to another; the new cluster starts from translated offsets."""
+    """Fail over from one cluster to another: each query's splits of the new
+    cluster start right after the mirror's copy of the last record it read
+    (found from the strategy's estimate on), or at the estimate where no
+    copy is found."""
     margin_ms = run(lambda: parse_duration_ms(margin, "--margin"))
     info = run(
         lambda: ctx.client.failover(
-            stream, from_cluster, to_cluster, strategy=strategy, margin_ms=margin_ms, reason=reason
+            stream,
+            from_cluster,
+            to_cluster,
+            strategy=strategy,
+            margin_ms=margin_ms,
+            reason=reason,
+            dry_run=dry_run,
         )
     )
-    ctx.emit(info, _render_stream)
+    ctx.emit(info, _render_translations if dry_run else _render_stream)
+
+
+def _render_translations(info: admin_pb2.StreamInfo) -> None:
+    """A failover's dry run: per query and new split, how its start is chosen."""
+    table = Table(title=f"failover of {info.name}, dry run: where each query's new splits start")
+    for col in ("query", "split", "from", "estimate", "start", "not read again", "how"):
+        table.add_column(col)
+    for t in info.translations:
+        table.add_row(
+            t.query_id,
+            t.split,
+            t.source or "-",
+            "-" if t.estimate < 0 else f"{t.estimate:,}",
+            f"{t.offset:,}",
+            f"{t.skipped:,}",
+            t.result or "earliest",
+        )
+    console.print(table)
+    if not info.translations:
+        console.print("no query holds the failed cluster's splits: nothing to translate")
 
 
 @admin_group.group("readers")

@@ -108,13 +108,17 @@ class AdminClient:
         strategy: str = "timestamp",
         margin_ms: int | None = None,
         reason: str = "",
+        dry_run: bool = False,
     ) -> admin_pb2.StreamInfo:
+        """Fail ``stream`` over; ``dry_run``: change nothing, answer where each
+        query's new splits would start (``StreamInfo.translations``)."""
         req = admin_pb2.FailoverRequest(
             stream=stream,
             from_cluster=from_cluster,
             to_cluster=to_cluster,
             strategy=strategy,
             reason=reason,
+            dry_run=dry_run,
         )
         if margin_ms is not None:
             req.margin_ms = margin_ms

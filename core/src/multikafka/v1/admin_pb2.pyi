@@ -163,6 +163,7 @@ class StreamInfo(_message.Message):
     VERSION_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     CLUSTERS_FIELD_NUMBER: _builtins.int
+    TRANSLATIONS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     document_json: _builtins.str
     """The stream document with secrets redacted."""
@@ -172,6 +173,10 @@ class StreamInfo(_message.Message):
     """Metadata generation the coordinator has applied for this stream."""
     @_builtins.property
     def clusters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClusterStatus]: ...
+    @_builtins.property
+    def translations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Translation]:
+        """A failover's dry run: where each query's new splits would start."""
+
     def __init__(
         self,
         *,
@@ -180,10 +185,11 @@ class StreamInfo(_message.Message):
         version: _builtins.int = ...,
         generation: _builtins.int = ...,
         clusters: _abc.Iterable[Global___ClusterStatus] | None = ...,
+        translations: _abc.Iterable[Global___Translation] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "document_json", b"document_json", "generation", b"generation", "name", b"name", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clusters", b"clusters", "document_json", b"document_json", "generation", b"generation", "name", b"name", "translations", b"translations", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -294,6 +300,7 @@ class FailoverRequest(_message.Message):
     STRATEGY_FIELD_NUMBER: _builtins.int
     MARGIN_MS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
     stream: _builtins.str
     from_cluster: _builtins.str
     to_cluster: _builtins.str
@@ -302,6 +309,10 @@ class FailoverRequest(_message.Message):
     margin_ms: _builtins.int
     """Safety margin for the timestamp strategy; default 30 s."""
     reason: _builtins.str
+    dry_run: _builtins.bool
+    """Change nothing: answer where each query's splits of to_cluster would
+    start now (StreamInfo.translations), from its last committed position.
+    """
     def __init__(
         self,
         *,
@@ -311,16 +322,68 @@ class FailoverRequest(_message.Message):
         strategy: _builtins.str = ...,
         margin_ms: _builtins.int | None = ...,
         reason: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_margin_ms", b"_margin_ms", "margin_ms", b"margin_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_margin_ms", b"_margin_ms", "from_cluster", b"from_cluster", "margin_ms", b"margin_ms", "reason", b"reason", "strategy", b"strategy", "stream", b"stream", "to_cluster", b"to_cluster"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_margin_ms", b"_margin_ms", "dry_run", b"dry_run", "from_cluster", b"from_cluster", "margin_ms", b"margin_ms", "reason", b"reason", "strategy", b"strategy", "stream", b"stream", "to_cluster", b"to_cluster"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__margin_ms: _TypeAlias = _typing.Literal["margin_ms"]  # noqa: Y015
     _WhichOneofArgType__margin_ms: _TypeAlias = _typing.Literal["_margin_ms", b"_margin_ms"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__margin_ms) -> _WhichOneofReturnType__margin_ms | None: ...
 
 Global___FailoverRequest: _TypeAlias = FailoverRequest  # noqa: Y015
+
+@_typing.final
+class Translation(_message.Message):
+    """Where one new split starts after a failover, and how that was chosen."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUERY_ID_FIELD_NUMBER: _builtins.int
+    SPLIT_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    ESTIMATE_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    query_id: _builtins.str
+    split: _builtins.str
+    """The new cluster's split, and the failed cluster's split it takes over from."""
+    source: _builtins.str
+    estimate: _builtins.int
+    """The strategy's estimate (a lower bound; -1: none, as for identity)."""
+    offset: _builtins.int
+    """Where the split starts."""
+    result: _builtins.str
+    """matched (right after the mirror's copy of the last record read),
+    partial (after the copy of an earlier one: the mirror lacked the
+    newest), estimate (no copy found), exact (identity), or "" (earliest:
+    no counterpart).
+    """
+    skipped: _builtins.int
+    """Records between the estimate and the start: not read twice."""
+    detail: _builtins.str
+    def __init__(
+        self,
+        *,
+        query_id: _builtins.str = ...,
+        split: _builtins.str = ...,
+        source: _builtins.str = ...,
+        estimate: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        result: _builtins.str = ...,
+        skipped: _builtins.int = ...,
+        detail: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "estimate", b"estimate", "offset", b"offset", "query_id", b"query_id", "result", b"result", "skipped", b"skipped", "source", b"source", "split", b"split"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Translation: _TypeAlias = Translation  # noqa: Y015
 
 @_typing.final
 class HistoryEntry(_message.Message):

@@ -140,13 +140,28 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             raise ValidationError(
                 "strategy", f"unknown strategy {shown(request.strategy)}; use {STRATEGY_NAMES}"
             ) from None
+        margin_ms = request.margin_ms if request.HasField("margin_ms") else DEFAULT_MARGIN_MS
+        if request.dry_run:
+            report, translations = await self._operations().preview_failover(
+                stream, src, dst, strategy=strategy, margin_ms=margin_ms
+            )
+            info = _stream_info(report)
+            info.translations.extend(
+                admin_pb2.Translation(
+                    query_id=query_id,
+                    split=t.split,
+                    source=t.source,
+                    estimate=t.estimate,
+                    offset=t.offset,
+                    result=t.result,
+                    skipped=t.skipped,
+                    detail=t.how,
+                )
+                for query_id, t in translations
+            )
+            return info
         report = await self._operations().failover(
-            stream,
-            src,
-            dst,
-            strategy=strategy,
-            margin_ms=request.margin_ms if request.HasField("margin_ms") else DEFAULT_MARGIN_MS,
-            reason=request.reason,
+            stream, src, dst, strategy=strategy, margin_ms=margin_ms, reason=request.reason
         )
         return _stream_info(report)
 

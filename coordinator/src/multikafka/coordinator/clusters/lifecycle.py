@@ -188,33 +188,17 @@ class ClusterLifecycle:
     ) -> StreamView:
         """Replace ``from_cluster`` by ``to_cluster``: the failover record
         tells each query where the new cluster's splits start."""
-        view = self._cluster_of(stream, from_cluster)
-        if to_cluster not in view.spec.clusters:
-            raise NotFoundError(
-                f"stream {stream!r} has no cluster {to_cluster!r}; add it (STANDBY) first"
-            )
-        if from_cluster == to_cluster:
-            raise ValidationError("to_cluster", "must differ from from_cluster")
-        if margin_ms < 0:
-            raise ValidationError("margin_ms", "must not be negative")
-        latest = view.status.failover_into(to_cluster)
-        if (
-            latest is not None
-            and latest.from_cluster == from_cluster
-            and view.spec.clusters[from_cluster].state is ClusterState.FAILED
-            and view.spec.clusters[to_cluster].state is ClusterState.ACTIVE
-        ):
-            return view  # already done
-        record = FailoverRecord(
+        view, record = self.failover_record(
+            stream,
             from_cluster,
             to_cluster,
-            strategy,
-            margin_ms,
-            int(time.time() * 1000),
-            reason,
-            automatic,
-            self._translation_note(view, from_cluster, to_cluster, strategy, automatic),
+            strategy=strategy,
+            margin_ms=margin_ms,
+            reason=reason,
+            automatic=automatic,
         )
+        if record is None:
+            return view  # already done
         status = replace(
             view.status,
             failovers=(*view.status.failovers, record),
@@ -239,6 +223,48 @@ class ClusterLifecycle:
         )
         await self._store.wait_applied(rev)
         return self._store.get(stream)
+
+    def failover_record(
+        self,
+        stream: str,
+        from_cluster: str,
+        to_cluster: str,
+        *,
+        strategy: FailoverStrategy = FailoverStrategy.TIMESTAMP,
+        margin_ms: int = DEFAULT_MARGIN_MS,
+        reason: str = "",
+        automatic: bool = False,
+    ) -> tuple[StreamView, FailoverRecord | None]:
+        """The stream, and the record of the failover asked for, checked but
+        not made (None: it is done already)."""
+        view = self._cluster_of(stream, from_cluster)
+        if to_cluster not in view.spec.clusters:
+            raise NotFoundError(
+                f"stream {stream!r} has no cluster {to_cluster!r}; add it (STANDBY) first"
+            )
+        if from_cluster == to_cluster:
+            raise ValidationError("to_cluster", "must differ from from_cluster")
+        if margin_ms < 0:
+            raise ValidationError("margin_ms", "must not be negative")
+        latest = view.status.failover_into(to_cluster)
+        if (
+            latest is not None
+            and latest.from_cluster == from_cluster
+            and view.spec.clusters[from_cluster].state is ClusterState.FAILED
+            and view.spec.clusters[to_cluster].state is ClusterState.ACTIVE
+        ):
+            return view, None
+        record = FailoverRecord(
+            from_cluster,
+            to_cluster,
+            strategy,
+            margin_ms,
+            int(time.time() * 1000),
+            reason,
+            automatic,
+            self._translation_note(view, from_cluster, to_cluster, strategy, automatic),
+        )
+        return view, record
 
     def _translation_note(
         self,

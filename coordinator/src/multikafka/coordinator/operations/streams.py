@@ -17,7 +17,8 @@ from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
 from multikafka.coordinator.operations.reports import LeaderReports, StreamReport
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataStore
-from multikafka.coordinator.translation import ReadMarks
+from multikafka.coordinator.state.queries import QueryStore
+from multikafka.coordinator.translation import FailoverTranslator, ReadMarks, Translation
 from multikafka.core._secrets import REDACTED, is_secret
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import ClusterSpec, FailoverStrategy, StreamSpec
@@ -36,6 +37,8 @@ class StreamOperations:
         marks: ReadMarks,
         registry: AgentRegistry,
         reports: LeaderReports,
+        translator: FailoverTranslator,
+        queries: QueryStore,
     ) -> None:
         self._store = store
         self._lifecycle = lifecycle
@@ -43,6 +46,8 @@ class StreamOperations:
         self._marks = marks
         self._registry = registry
         self._reports = reports
+        self._translator = translator
+        self._queries = queries
 
     async def put_stream(self, spec: StreamSpec, expected_version: int = 0) -> StreamReport:
         """Store ``spec`` (if the stored version is still ``expected_version``;
@@ -84,6 +89,31 @@ class StreamOperations:
             stream, from_cluster, to_cluster, strategy=strategy, margin_ms=margin_ms, reason=reason
         )
         return self._reports.describe(view)
+
+    async def preview_failover(
+        self,
+        stream: str,
+        from_cluster: str,
+        to_cluster: str,
+        *,
+        strategy: FailoverStrategy,
+        margin_ms: int,
+    ) -> tuple[StreamReport, list[tuple[str, Translation]]]:
+        """A failover's dry run: checked as the failover would be, nothing
+        changed; for each query holding ``from_cluster``'s splits, where
+        ``to_cluster``'s would start from its last committed position."""
+        view, record = self._lifecycle.failover_record(
+            stream, from_cluster, to_cluster, strategy=strategy, margin_ms=margin_ms
+        )
+        out: list[tuple[str, Translation]] = []
+        for q in self._queries.of_stream(stream):
+            if record is None or from_cluster not in q.offsets.splits.clusters():
+                continue
+            notes = await self._translator.preview(
+                view, record, q.offsets, q.abandoned, group_id=q.group_id
+            )
+            out.extend((q.query_id, t) for t in notes)
+        return self._reports.describe(view), out
 
     def assignments(self, stream: str) -> list[tuple[str, list[str]]]:
         """(agent id, splits of ``stream`` it reported reading lately), for

@@ -112,7 +112,14 @@ class LeaderDuties:
             store, self.discovery, metrics, self.history, self.queries, self.registry
         )
         self.operations = StreamOperations(
-            store, self.lifecycle, self.history, self.marks, self.registry, self.reports
+            store,
+            self.lifecycle,
+            self.history,
+            self.marks,
+            self.registry,
+            self.reports,
+            self.translator,
+            self.queries,
         )
         #: Set once :meth:`start` has loaded the term's state and started its work.
         self.started = False

@@ -15,10 +15,12 @@ Each strategy first gives an *estimate*, a lower bound on the mirror:
 Then the query resumes *right after the mirror's copy of the last record it
 read*: the reader keeps the fingerprints of the last records of every range
 it reads (:mod:`.marks`), and the coordinator reads the mirror forward from
-the estimate, up to the last record's time plus the margin, looking for
-them (:mod:`.matching`). Nothing is read twice, nothing skipped. When no
-copy is found (the mirror changed the records, or the margin is too small)
-the estimate stands, and the history says so.
+the estimate looking for them (:mod:`.matching`): to the partition's end,
+or once they are found, to the last record's time plus the margin (for a
+re-sent copy), at most :data:`MAX_SCAN_RECORDS`. Nothing is read twice,
+nothing skipped. When no copy is found (the mirror changed the records, or
+its copy lies beyond what is read) the estimate stands, and the history
+says so.
 
 A split of the new cluster takes over from the failed cluster's split of the
 same partition of the same topic, or of the topic an ``mm2`` block between
@@ -163,13 +165,15 @@ class FailoverTranslator:
         *,
         group_id: str = "",
         now_ms: int | None = None,
+        wait: bool = True,
     ) -> tuple[dict[str, int], list[Translation]]:
         """Starting offsets of ``splits`` (all of ``record.to_cluster``) that can
         be resolved now; none while the new cluster does not answer a lookup
         they need (``identity`` needs none for splits with a counterpart), and
-        not those whose last record read is not known yet (see the module)."""
+        not those whose last record read is not known yet (see the module;
+        ``wait=False``: from the last record known to be read)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        waiting = now_ms < record.at_ms + self._wait_s * 1000
+        waiting = wait and now_ms < record.at_ms + self._wait_s * 1000
         asks: list[_Ask] = []
         done: list[Translation] = []
         for b in splits:
@@ -196,6 +200,24 @@ class FailoverTranslator:
         done.extend(_chosen(ask) for ask in asks if ask.estimate >= 0)
         entry = {t.split: t.offset for t in done}
         return entry, sorted(done, key=lambda t: t.split)
+
+    async def preview(
+        self,
+        view: StreamView,
+        record: FailoverRecord,
+        start: Mapping[str, int],
+        abandoned: Mapping[str, int],
+        *,
+        group_id: str = "",
+    ) -> list[Translation]:
+        """Where the splits of ``record.to_cluster`` would start now for a
+        query at ``start`` (a failover's dry run)."""
+        cc = self._discovery.client(view.name, record.to_cluster)
+        splits = cc.splits() if cc is not None else []
+        _, notes = await self.translate(
+            view, record, splits, start, abandoned, group_id=group_id, wait=False
+        )
+        return notes
 
     def _estimate(
         self,
@@ -311,9 +333,10 @@ class FailoverTranslator:
     ) -> dict[tuple[str, int], Found]:
         """For each partition of ``cluster``: where the copy of ``run`` (the
         last records read, oldest first) is, reading from a little before
-        ``start`` (:data:`SCAN_BEFORE`) on up to the first record later than
-        ``limit_ms`` (``runs``: partition -> (start, run, limit_ms)), the end
-        of the partition when asked, or :data:`MAX_SCAN_RECORDS`."""
+        ``start`` (:data:`SCAN_BEFORE`) on up to the end of the partition
+        when asked, or :data:`MAX_SCAN_RECORDS`, or, once the whole run was
+        found, the first record later than ``limit_ms`` (a re-sent copy
+        comes soon after: ``runs``: partition -> (start, run, limit_ms))."""
         if not runs:
             return {}
         props = view.spec.clusters[cluster].properties
@@ -326,9 +349,9 @@ class FailoverTranslator:
 
         def visit(tp: tuple[str, int], m: Record) -> bool:
             ts = m.timestamp()[1]
-            if ts > limits[tp]:
-                return False
             matcher = matchers[tp]
+            if ts > limits[tp] and matcher.complete:
+                return False  # past the margin: no later re-sent copy is looked for
             matcher.feed(
                 m.offset() or 0,
                 fingerprint(m.key(), m.value(), ts) if ts in matcher.times else None,

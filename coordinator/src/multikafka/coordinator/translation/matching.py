@@ -85,6 +85,11 @@ class Matcher:
                 self._at.append((offset, index))
                 return
 
+    @property
+    def complete(self) -> bool:
+        """Whether the whole run was found (somewhere)."""
+        return self._longest == len(self.run)
+
     def found(self) -> Found | None:
         """Where the run's copy ends (see the module's rules), or None."""
         if not self._at:
