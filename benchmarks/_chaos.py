@@ -142,13 +142,16 @@ class Event:
     detail: str = ""
     ok: bool = True
     error: str = ""
-    #: None: no record may be read twice because of it. ("margin", cluster,
-    #: cut, margin_ms): a timestamp failover from ``cluster``
-    #: (:meth:`Feed.margin_window`). ("time", lo_ms, hi_ms): records sent in
-    #: that interval (a drain that overlapped the activation of another).
+    #: None: no record may be read twice because of it, and none is looked
+    #: at. ("margin", cluster, cut, margin_ms): a failover from ``cluster``,
+    #: which reads nothing twice; the records a fallback to its estimate would
+    #: read twice (:meth:`Feed.margin_window`) show what it did. ("time",
+    #: lo_ms, hi_ms): records sent in that interval may be read twice (a
+    #: drain that overlapped the activation of another).
     bound: tuple[Any, ...] | None = None
     strategy: str = ""
-    #: An mm2 failover's entry in the stream's history (how it translated).
+    #: A failover's entry in the stream's history and its translations (how
+    #: each split's start was chosen).
     note: str = ""
 
 
@@ -623,24 +626,22 @@ class Faults:
         if cut is None:
             cut = len(self.feed.sent)
         e.strategy = strategy
-        # What this failover may read twice: timestamp, the margin before the
-        # last record read from the source; mm2, what its syncs leave (or the
-        # margin, falling back); identity, nothing.
+        # Where a fallback to the estimate would read twice: the margin before
+        # the last record read from the source (mm2: what its syncs leave).
         bound_ms = {"timestamp": MARGIN_MS, "mm2": MM2_BOUND_MS}.get(strategy)
         e.bound = None if bound_ms is None else ("margin", source.id, cut, bound_ms)
         source.state, target.state = "FAILED", "ACTIVE"
         self.w.wait_switched(source.id, target.id)
-        if strategy == "mm2":
-            # How each split was translated (a sync, a checkpoint, the
-            # fallback): the newest failover entry and the translations after it.
-            notes: list[str] = []
-            for h in reversed(self.admin.history(STREAM, limit=50)):
-                if h.kind == "translated":
-                    notes.insert(0, h.detail)
-                elif h.kind == "failover":
-                    notes.insert(0, h.detail)
-                    break
-            e.note = "; ".join(notes)
+        # How each split's start was chosen (matched, a sync, the estimate):
+        # the newest failover entry and the translations after it.
+        notes: list[str] = []
+        for h in reversed(self.admin.history(STREAM, limit=50)):
+            if h.kind == "translated":
+                notes.insert(0, h.detail)
+            elif h.kind == "failover":
+                notes.insert(0, h.detail)
+                break
+        e.note = "; ".join(notes)
         return target
 
     def failover(self, pick: int, first_unread: int) -> Event:

@@ -1,7 +1,8 @@
 """The chaos soak (``benchmarks/soak.py``) for three minutes with a fixed
 seed: every kind of fault while a Spark query reads, then nothing lost,
-duplicates only inside each failover's bound, the query never restarted,
-the coordinators did not grow.
+nothing read twice by a failover (each resumes right after the mirror's copy
+of the last record read), the query never restarted, the coordinators did
+not grow.
 
 It runs :func:`benchmarks.soak.run_soak` in a process of its own (spawned,
 so a function call and not a command line): the soak kills Spark's Python

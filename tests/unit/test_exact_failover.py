@@ -19,12 +19,13 @@ from typing import Any
 
 from multikafka.coordinator.planning.planner import ClusterSnapshot, plan_end
 from multikafka.coordinator.state.stream_state import FailoverRecord
-from multikafka.coordinator.translation import FailoverTranslator, ReadMarks
+from multikafka.coordinator.translation import FailoverTranslator, ReadMark, ReadMarks
 from multikafka.coordinator.translation.failover import ESTIMATE, MATCHED, PARTIAL
 from multikafka.coordinator.translation.mm2 import OffsetSync
 from multikafka.core.fingerprint import Fingerprint, fingerprint
 from multikafka.core.model import ClusterState, FailoverStrategy, SplitId
 from multikafka.core.offsets import as_offsets
+from multikafka.core.ranges import SplitRange
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import FAKE_CONFIG, Parts, coordinator_parts
 
@@ -319,3 +320,23 @@ async def test_the_mirror_is_read_past_the_margin_until_the_copy_is_found(parts:
     # each partition read up to the copy, then on to the margin's end: record
     # 29's time + 1 s is record 39's, the last copied
     assert client.scanned == 2 * (SHIFT + N)
+
+
+async def test_a_report_told_twice_is_taken_once(parts: Parts) -> None:
+    """Agents send their recent reports again to a new leader: the marks,
+    the ranges passed and the ranges given up count once."""
+    await mirrored(parts)
+    mark = ReadMark("a/t/0", 9, time_of(9), next=10, start=0, fingerprints=(source_fp(0, 9),))
+    gave_up = [SplitRange("a", "t", 0, 10, 40)]
+    passed = [SplitRange("a", "t", 1, 5, 9)]  # markers only, after a range read to 5
+    parts.marks.add("s", "a/t/1", 4, time_of(4), next=5)
+    for _ in range(2):
+        await parts.link.report_reads("s", "agent", "q", [mark], gave_up, 0, passed)
+
+    assert parts.marks.last_read("s", "a/t/0", 10)[1]
+    assert parts.marks.last_read("s", "a/t/1", 9)[1]
+    assert parts.sample("multikafka_abandoned_ranges_total", stream="s", cluster="a") == 1
+    assert [e.kind for e in parts.history.entries("s")].count("abandoned") == 1
+    progress = parts.queries.get("q")
+    assert progress is not None
+    assert progress.abandoned == {"a/t/0": 10}

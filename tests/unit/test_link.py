@@ -32,6 +32,7 @@ class FakeReader(reader_pb2_grpc.ReaderServicer):
         self.registered = 0
         #: Acknowledge calls to fail after their first acknowledgement.
         self.break_acks = 0
+        self.reports: list[reader_pb2.ReportReadsRequest] = []
 
     def Register(self, request: Any, context: Any) -> reader_pb2.RegisterResponse:
         self.registered += 1
@@ -46,6 +47,10 @@ class FakeReader(reader_pb2_grpc.ReaderServicer):
     def Heartbeat(self, request: Any, context: Any) -> reader_pb2.HeartbeatResponse:
         self.applied.append(request.applied_generation)
         return reader_pb2.HeartbeatResponse(known=True, generation=7)
+
+    def ReportReads(self, request: Any, context: Any) -> reader_pb2.ReportReadsResponse:
+        self.reports.append(request)
+        return reader_pb2.ReportReadsResponse()
 
     def Acknowledge(self, requests: Any, context: Any) -> reader_pb2.AckResponse:
         for ack in requests:
@@ -74,6 +79,11 @@ def _serve(with_ack: bool) -> Iterator[tuple[FakeReader, str]]:
             servicer.Heartbeat,
             request_deserializer=reader_pb2.HeartbeatRequest.FromString,
             response_serializer=reader_pb2.HeartbeatResponse.SerializeToString,
+        ),
+        "ReportReads": grpc.unary_unary_rpc_method_handler(
+            servicer.ReportReads,
+            request_deserializer=reader_pb2.ReportReadsRequest.FromString,
+            response_serializer=reader_pb2.ReportReadsResponse.SerializeToString,
         ),
     }
     if with_ack:
@@ -206,3 +216,29 @@ def test_a_broken_acknowledge_call_subscribes_again(
         link.close()
     assert events[-1] == 8
     assert servicer.applied == []
+
+
+def test_after_subscribing_anew_the_recent_reports_are_sent_again(
+    current: tuple[FakeReader, str],
+) -> None:
+    """A new leader may lack the read marks its predecessor had not written
+    to etcd yet: after the subscription broke and was made again, the
+    reports of the last RESEND_S go again (only then)."""
+    servicer, address = current
+    events: list[int] = []
+    link = _link(address, events)
+    link.start()
+    try:
+        eventually(lambda: 7 in servicer.acked, timeout_s=10)
+        mark = reader_pb2.ReadMark(split="a/t/0", last_offset=4, next_offset=5)
+        link.report(reader_pb2.ReportReadsRequest(stream="s", query_id="q", marks=[mark]))
+        eventually(lambda: len(servicer.reports) == 1, timeout_s=10)
+        time.sleep(0.5)
+        assert len(servicer.reports) == 1  # sent once while the subscription holds
+        servicer.break_acks = 1  # the subscription breaks: the link subscribes again
+        servicer.second.set()
+        eventually(lambda: servicer.registered >= 2 and len(servicer.reports) == 2, timeout_s=10)
+    finally:
+        link.close()
+    assert servicer.reports[1] == servicer.reports[0]
+    assert servicer.reports[1].agent_id == "agent-1"

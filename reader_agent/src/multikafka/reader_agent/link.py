@@ -17,10 +17,12 @@ single-threaded call (no gRPC thread polls it for Python).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +37,11 @@ from multikafka.v1 import reader_pb2, reader_pb2_grpc
 logger = logging.getLogger(__name__)
 
 EventHandler = Callable[[reader_pb2.ReconcileEvent], None]
+
+#: Seconds of reports sent again after subscribing anew (a leader writes the
+#: read marks it gets every 2 s), and at most how many.
+RESEND_S = 30.0
+RESEND_MAX = 256
 StatsProvider = Callable[[], tuple[int, list[reader_pb2.SubReaderStats]]]
 
 
@@ -66,6 +73,13 @@ class CoordinatorLink:
         #: The replica the subscription follows (or last tried).
         self._following = ""
         self._registered = threading.Event()
+        #: Reports of the last :data:`RESEND_S`, sent again to the replica a
+        #: new subscription follows: read marks are written to etcd every few
+        #: seconds, and those of a leader that died before were lost.
+        self._recent: collections.deque[tuple[float, reader_pb2.ReportReadsRequest]] = (
+            collections.deque(maxlen=RESEND_MAX)
+        )
+        self._subscribed_before = False
 
     def start(self) -> None:
         # When the coordinator ends the stream, subscribe again (resync).
@@ -92,6 +106,19 @@ class CoordinatorLink:
         """Send ``request`` without waiting for the answer: a task's end (and
         so the micro-batch) never waits on the coordinator."""
         request.agent_id = self.agent_id
+        self._recent.append((time.monotonic(), request))
+        self._send(request, timeout_s)
+
+    def _resend_recent(self) -> None:
+        """Send the reports of the last :data:`RESEND_S` again (to the replica
+        just subscribed to: a new leader may lack what its predecessor had
+        not written yet; a report is a set of facts, taken twice alike)."""
+        since = time.monotonic() - RESEND_S
+        for at, request in list(self._recent):
+            if at >= since:
+                self._send(request)
+
+    def _send(self, request: reader_pb2.ReportReadsRequest, timeout_s: float = 3.0) -> None:
         address, stub = self._stub()
         call = stub.ReportReads.future(request, metadata=self._metadata(), timeout=timeout_s)
 
@@ -147,6 +174,9 @@ class CoordinatorLink:
     def _follow(self) -> None:
         self._following, stub = self._stub()
         self._register(stub)
+        if self._subscribed_before:
+            self._resend_recent()
+        self._subscribed_before = True
         stream = self._stream = stub.Subscribe(
             reader_pb2.SubscribeRequest(agent_id=self.agent_id), metadata=self._metadata()
         )

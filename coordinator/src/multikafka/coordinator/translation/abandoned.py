@@ -33,6 +33,9 @@ class Abandonments:
         why: str,
         generation: int = 0,
     ) -> None:
+        progress = self._queries.get(query_id)
+        if progress is not None and progress.abandoned.get(split) == frm:
+            return  # told again (an agent sends its recent reports to a new leader)
         cid = SplitId.parse(split).cluster
         self._metrics.abandoned.labels(stream, cid).inc()
         self._metrics.abandoned_records.labels(stream, cid).inc(max(until - frm, 0))
