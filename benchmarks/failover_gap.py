@@ -12,8 +12,10 @@ The primary is killed; then either the admin Failover call is made at once
 window ("automatic"). Reported per run:
 
 * gap: failover call (admin) or kill (automatic) -> first mirror row in the sink;
-* lost records (must be 0) and duplicates, and how many of those lie outside
-  the 1 s margin (must be 0; ``Feed.margin_window``).
+* lost records (must be 0) and duplicates (0: each partition resumed right
+  after the mirror's copy of the last record read), how many of those lie
+  outside the 1 s margin (must be 0; ``Feed.margin_window``), and how many
+  the strategy's estimate alone would have read twice.
 
 Writes ``benchmarks/out/failover_gap.json`` and a timeline plot of rows per
 batch and cluster around one failover, ``<out>/img/failover_timeline.png``.
@@ -225,8 +227,16 @@ def one_run(
             1 for k in duplicated if int(k.split(":")[1]) not in window
         ),
     }
+    history = admin.history(name)
+    translated = [e.detail for e in history if e.kind == "translated"]
+    # What the strategy's estimate alone would have read twice: the records
+    # matching kept from being read again, and those read twice anyway.
+    spared = sum(int(m.group(1)) for d in translated if (m := _SPARED.search(d)))
+    result["matched"] = sum("matched the last" in d for d in translated)
+    result["partitions"] = len(translated)
+    result["estimate_would_read_twice"] = spared + result["duplicates"]
     if stream.copy is not None:
-        result.update(_mm2_expectation(stream.copy, stream.topic, run, admin.history(name)))
+        result.update(_mm2_expectation(stream.copy, stream.topic, run, history))
     # Runs share the coordinator: a finished run's stream would keep it busy.
     admin.delete_stream(name)
     return run, result
@@ -240,6 +250,8 @@ def _alive(query: Any) -> bool:
     return True
 
 
+#: What a translation's matching kept from being read twice.
+_SPARED = re.compile(r"(\d+) records not read again")
 #: A translated history entry of an mm2 failover.
 _MM2_TRANSLATED = re.compile(r"mm2 from [^@]+/(\d+)@(\d+) by the sync (\d+) -> \d+")
 

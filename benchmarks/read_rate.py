@@ -26,6 +26,11 @@ alternating, ``--repeat`` times each (after ``--warmup`` untimed rounds):
   otherwise default options, so that the rate after the first micro-batch
   (steady state) can be read from ``query.recentProgress``.
 
+Then ``--ab-pairs`` pairs of agent reads in ABBA order, one with the
+fingerprints the reader keeps of each range's last records (for exact
+failover) and one without (switched off here, benchmark-side): their CPU
+ratio per pair (goal: at most 1.02).
+
 Rates are records per second of wall time; rate ratios are per round against
 that round's ``raw``. CPU seconds per million records: for the in-process
 readers, of the threads that read (the calling thread and those started for
@@ -115,6 +120,9 @@ METHODS = (
 BASELINE = "raw_nogc_count"
 #: Readers that run in the benchmark process (their CPU is the process's).
 IN_PROCESS = ("raw", "raw_nogc_count", "agent", "agent_python")
+#: Goal of exact failover: the read path's CPU per record with fingerprints
+#: over without (:func:`fingerprint_ab`).
+FINGERPRINT_GOAL = 1.02
 #: How often spark_batched splits the stream (maxOffsetsPerTrigger = 1/10).
 BATCHES = 10
 #: Goals of issue 8: worker CPU / baseline CPU; batched steady / in-batch rate.
@@ -382,8 +390,29 @@ def converter_env(name: str | None) -> Iterator[None]:
             os.environ[env.CONVERTER] = before
 
 
+@contextmanager
+def fingerprints_off() -> Iterator[None]:
+    """The range reader without its failover fingerprints (what it kept of
+    each batch's last rows, and their hashing at a range's end), for the
+    A/B of their cost: benchmark-side, the product has no such switch."""
+    from multikafka.reader_agent import range_reader
+
+    tail = range_reader._Tail
+    saved = tail.add, tail.fingerprints
+    tail.add = lambda self, cols, rows, last: setattr(self, "last", last)  # type: ignore[method-assign]
+    tail.fingerprints = lambda self: ()  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        tail.add, tail.fingerprints = saved  # type: ignore[method-assign]
+
+
 def read_agent(
-    setup: Setup, on_batch: Callable[[int], None], *, converter: str | None = None
+    setup: Setup,
+    on_batch: Callable[[int], None],
+    *,
+    converter: str | None = None,
+    fingerprints: bool = True,
 ) -> Run:
     """A fresh reader agent reads every task, one after the other."""
     from multikafka.reader_agent import ReaderAgent, arrow
@@ -393,7 +422,9 @@ def read_agent(
     planned = time.perf_counter()
     total = 0
     cpu_s = 0.0
-    with converter_env(converter):
+    with converter_env(converter), ExitStack() as variant:
+        if not fingerprints:
+            variant.enter_context(fingerprints_off())
         meter = ReaderCpu()
         agent = ReaderAgent(heartbeat_interval_s=2.0)
         try:
@@ -409,8 +440,9 @@ def read_agent(
             # collector, so that ``raw`` always meets the same heap.
             gc.unfreeze()
         used = arrow.active_converter()
+    name = "agent" if converter is None else f"agent_{converter}"
     return Run(
-        "agent" if converter is None else f"agent_{converter}",
+        name if fingerprints else "agent_no_fingerprints",
         0,
         total,
         time.perf_counter() - t0,
@@ -421,6 +453,28 @@ def read_agent(
             "reader_cpu_s": cpu_s,
         },
     )
+
+
+def fingerprint_ab(setup: Setup, pairs: int) -> dict[str, Any]:
+    """The reader agent's CPU per record with its failover fingerprints and
+    without (:func:`fingerprints_off`), ``pairs`` times each, in ABBA order;
+    the ratio per pair."""
+    scale = 1_000_000 / setup.expected
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    with progress_bar() as progress:
+        task = progress.add_task("fingerprints A/B", total=2 * pairs, note="")
+        for i in range(pairs):
+            for fingerprints in (True, False) if i % 2 == 0 else (False, True):
+                run = read_agent(setup, lambda n: None, fingerprints=fingerprints)
+                cpu[fingerprints].append(run.extra["reader_cpu_s"] * scale)
+                progress.advance(task)
+    return {
+        "pairs": pairs,
+        "with_cpu_s_per_million": summary(cpu[True]),
+        "without_cpu_s_per_million": summary(cpu[False]),
+        "cpu_ratio": summary([w / o for w, o in zip(cpu[True], cpu[False], strict=True)]),
+        "goal": FINGERPRINT_GOAL,
+    }
 
 
 def _proc_table() -> dict[int, tuple[int, float, str]]:
@@ -1164,6 +1218,16 @@ def print_summary(result: dict[str, Any]) -> None:
         f"{'met' if worker <= CPU_GOAL else 'not met'}); batched steady / in-batch "
         f"{steady:.2f} (>= {STEADY_GOAL}: {'met' if steady >= STEADY_GOAL else 'not met'})"
     )
+    ab = result.get("fingerprints_ab")
+    if ab:
+        ratio = ab["cpu_ratio"]
+        console.print(
+            f"read path CPU with fingerprints / without ({ab['pairs']} pairs): "
+            f"{_cell(ratio, '.3f')} (<= {FINGERPRINT_GOAL}: "
+            f"{'met' if ratio['median'] <= FINGERPRINT_GOAL else 'not met'}); "
+            f"{_cell(ab['with_cpu_s_per_million'], '.3f')} against "
+            f"{_cell(ab['without_cpu_s_per_million'], '.3f')} CPU-s/1M"
+        )
 
 
 def print_options(options: dict[str, Any]) -> None:
@@ -1264,6 +1328,12 @@ def main(argv: list[str] | None = None) -> int:
         help="messages consumed into memory to time the read-path options (0: skip)",
     )
     parser.add_argument(
+        "--ab-pairs",
+        type=int,
+        default=10,
+        help="agent reads with and without fingerprints, each this many times (0: skip)",
+    )
+    parser.add_argument(
         "--py-spy",
         action="store_true",
         help="sample Spark's Python workers with py-spy during one more spark run",
@@ -1324,6 +1394,8 @@ def main(argv: list[str] | None = None) -> int:
             for r in runs
         ]
         result["summary"] = summarize(runs, args.repeat, setup.expected)
+        if args.ab_pairs:
+            result["fingerprints_ab"] = fingerprint_ab(setup, args.ab_pairs)
         if args.profile:
             result["profile_top"] = {}
             for converter in ("python", "auto"):

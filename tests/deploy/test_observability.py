@@ -452,6 +452,7 @@ ALERTS = (
     "MultikafkaClusterUnreachable",
     "MultikafkaLagGrowing",
     "MultikafkaFailover",
+    "MultikafkaFailoverReadTwice",
     "MultikafkaDrainNotCompleted",
     "MultikafkaNoLeader",
     "MultikafkaLeaderFlapping",
@@ -748,6 +749,43 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 "45m",
                 {**WARNING, "stream": "u", "from_cluster": "x", "to_cluster": "y", "mode": "admin"},
             ),
+        ],
+    },
+    "failover read twice: a split started at its estimate, not a matched one": {
+        "input_series": [
+            _series(
+                "multikafka_failover_translations_total",
+                "_x9 2x40",
+                instance="a",
+                stream="s",
+                cluster="west",
+                result="estimate",
+            ),
+            _series(
+                "multikafka_failover_translations_total",
+                "_x9 4x40",
+                instance="a",
+                stream="s",
+                cluster="west",
+                result="matched",
+            ),
+            _series(
+                "multikafka_failover_translations_total",
+                "_x9 3x40",
+                instance="a",
+                stream="u",
+                cluster="y",
+                result="exact",
+            ),
+        ],
+        "alert_rule_test": [
+            _alert("MultikafkaFailoverReadTwice", "5m"),
+            _alert(
+                "MultikafkaFailoverReadTwice",
+                "12m",
+                {**WARNING, "stream": "s", "cluster": "west", "result": "estimate"},
+            ),
+            _alert("MultikafkaFailoverReadTwice", "45m"),
         ],
     },
     "drain: DRAINING longer than an hour, on the leader": {

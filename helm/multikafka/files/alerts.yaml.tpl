@@ -92,6 +92,24 @@ groups:
             abandoned; reads go on from translated offsets.
           runbook_url: "{{ $runbook }}multikafkafailover"
 {{- end }}{{ end }}
+{{- with $a.failoverReadTwice }}{{ if .enabled }}
+      - alert: MultikafkaFailoverReadTwice
+        expr: |-
+          sum by (namespace, job, stream, cluster, result) (
+            {{ printf $increased (printf "multikafka_failover_translations_total%sresult=~\"estimate|partial\"}" $with) .window }}
+          ) > 0
+        labels:
+          severity: {{ .severity }}
+          {{- with $p.alertLabels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: "A failover of stream {{ $stream }} into {{ $cluster }} read records twice"
+          description: >-
+            In the last {{ .window }}, splits of cluster {{ $cluster }} of stream {{ $stream }}
+            started at the failover's estimate ({{ "{{ $labels.result }}" }}), not right after the
+            mirror's copy of the last record read: the records between were read twice. The
+            stream's history says why, per split.
+          runbook_url: "{{ $runbook }}multikafkafailoverreadtwice"
+{{- end }}{{ end }}
 {{- with $a.drainNotCompleted }}{{ if .enabled }}
       - alert: MultikafkaDrainNotCompleted
         expr: |-

@@ -64,7 +64,9 @@ class ChangedStreams:
                     await self._etcd.put_all(puts)
                 for key in deletes:
                     await self._etcd.delete(key)
-            except UnavailableError:
+            except UnavailableError as exc:
                 self._changed.update(names)
-                logger.warning("could not persist %s", self._what, extra={"names": names[:5]})
+                logger.warning(
+                    "could not persist %s", self._what, extra={"names": names[:5], "error": str(exc)}
+                )
                 return
