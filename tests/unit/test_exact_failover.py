@@ -340,3 +340,55 @@ async def test_a_report_told_twice_is_taken_once(parts: Parts) -> None:
     progress = parts.queries.get("q")
     assert progress is not None
     assert progress.abandoned == {"a/t/0": 10}
+
+
+async def test_a_partition_with_fewer_records_than_the_run_is_matched_by_those(
+    parts: Parts,
+) -> None:
+    """A source partition that held two records, both read: the run is two
+    long, and found."""
+    record = await mirrored(parts, copy=lambda p: list(range(N)))
+    parts.marks.add(
+        "s",
+        "a/t/0",
+        1,
+        time_of(1),
+        next=2,
+        start=0,
+        fingerprints=[source_fp(0, 0), source_fp(0, 1)],
+    )
+    read_up_to(parts, 1, 30)
+
+    entry, notes = await translate(parts, record, {"a/t/0": 2, "a/t/1": 30})
+
+    assert entry["b/t/0"] == SHIFT + 2
+    assert notes["b/t/0"].result == MATCHED
+    assert "matched the last 2 records read" in notes["b/t/0"].how
+
+
+async def test_a_drain_into_an_mm2_replica_starts_right_after_the_copy_of_its_end(
+    parts: Parts,
+) -> None:
+    """The draining source is read for its last records before each drain
+    end; the replica starts right after their copy (the sync's translation of
+    the end lies before it)."""
+    await mirrored(parts)
+    doc = stream_doc("s", {"a": (A, ["t"]), "b": (B, ["t"])}, states={"b": "STANDBY"})
+    doc["clusters"]["b"]["mm2"] = {"source": "a", "replication_policy": "identity"}
+    await parts.put(doc)
+    for p in (0, 1):  # MM2 synced each partition's offset 30 (copied to 130)
+        key, value = OffsetSync("t", p, 30, SHIFT + 30).encode()
+        parts.kafka.cluster(A).append_internal("mm2-offset-syncs.b.internal", key, value)
+    await parts.duties.syncs.poll()
+    await parts.lifecycle.drain("s", "a")  # ends: 40 per partition (a's end)
+    await parts.lifecycle.activate("s", "b")
+
+    entry, notes = await parts.entry.resolve(
+        parts.store.get("s"), {"a/t/0": 35, "a/t/1": 35}, ["b/t/0", "b/t/1"], {}
+    )
+
+    # the sync 30 -> 130 puts the end 40 at 131; the copy of a's record 39
+    # is at 139: b starts at 140
+    assert entry == {"b/t/0": SHIFT + N, "b/t/1": SHIFT + N}
+    assert [(n.estimate, n.result) for n in notes] == [(SHIFT + 31, MATCHED)] * 2
+    assert "mm2 from the drain end a/t/0@40 by the sync 30 -> 130" in notes[0].how

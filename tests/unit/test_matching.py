@@ -110,3 +110,13 @@ def test_a_run_of_one_is_taken_where_first_found() -> None:
 def test_an_empty_run_is_refused() -> None:
     with pytest.raises(ValueError, match="empty"):
         Matcher([])
+
+
+def test_offsets_with_gaps_are_passed_over_by_record() -> None:
+    """A compacted mirror or one with transaction markers has gaps between
+    its records' offsets: the run is one of records, not of offsets."""
+    source = [rec(n) for n in range(8)]
+    matcher = Matcher(source[2:6])
+    for offset, fp in zip([10, 13, 14, 20, 21, 27, 30, 31], source, strict=True):
+        matcher.feed(offset, fp)
+    assert matcher.found() == Found(27, 4, 4, 1)
