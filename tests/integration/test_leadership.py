@@ -22,7 +22,7 @@ from multikafka.core.grpc_codes import LEADER_KEY
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
-from multikafka.v1 import admin_pb2, admin_pb2_grpc, planner_pb2
+from multikafka.v1 import admin_pb2, admin_pb2_grpc, planner_pb2, planner_pb2_grpc
 from tests.conftest import KafkaClusters, coordinator_config
 from tests.helpers import (
     eventually,
@@ -132,10 +132,22 @@ def test_a_replica_whose_duties_are_still_loading_is_not_yet_the_leader(
         eventually(lambda: election.is_leader)  # elected: the duties are loading
         assert not coordinator.is_leader
         assert started.is_alive()  # start() still waits
-        release.set()
-        started.join(30)
-        assert not started.is_alive()
-        assert coordinator.is_leader
+        # A call meanwhile is refused as on a takeover (clients retry), naming
+        # this replica: never answered from a term that is not set up yet.
+        with grpc.insecure_channel(coordinator.address) as channel:
+            stub = planner_pb2_grpc.PlannerStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ResolveOffsets(planner_pb2.ResolveOffsetsRequest(stream="s"), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "just elected" in (refused.value.details() or "")
+            assert dict(refused.value.trailing_metadata() or ())[LEADER_KEY] == coordinator.address
+            release.set()
+            started.join(30)
+            assert not started.is_alive()
+            assert coordinator.is_leader
+            with pytest.raises(grpc.RpcError) as answered:
+                stub.ResolveOffsets(planner_pb2.ResolveOffsetsRequest(stream="s"), timeout=10)
+            assert answered.value.code() == grpc.StatusCode.NOT_FOUND  # the term answers
     finally:
         release.set()
         started.join(30)

@@ -392,3 +392,41 @@ async def test_a_drain_into_an_mm2_replica_starts_right_after_the_copy_of_its_en
     assert entry == {"b/t/0": SHIFT + N, "b/t/1": SHIFT + N}
     assert [(n.estimate, n.result) for n in notes] == [(SHIFT + 31, MATCHED)] * 2
     assert "mm2 from the drain end a/t/0@40 by the sync 30 -> 130" in notes[0].how
+
+
+async def test_an_older_failover_into_a_cluster_since_made_standby_holds_nothing(
+    parts: Parts,
+) -> None:
+    """a failed over to c, later read again (c drained, a active), then
+    failed over to b: the record a -> c is stale. It neither translates c's
+    splits nor keeps a's in the query: a's retire once b's entered."""
+    await mirrored(parts)
+    c = "h:3"
+    parts.kafka.cluster(c).add_records("t", 0, [time_of(n) for n in range(N)])
+    parts.kafka.cluster(c).add_records("t", 1, [time_of(n) for n in range(N)])
+    doc = stream_doc(
+        "s", {"a": (A, ["t"]), "b": (B, ["t"]), "c": (c, ["t"])}, states={"b": "STANDBY"}
+    )
+    await parts.put(doc)
+    await parts.lifecycle.failover("s", "a", "c", margin_ms=1000)  # a -> c ...
+    await parts.lifecycle.activate("s", "a")  # ... and back: c drained to STANDBY
+    await parts.lifecycle.drain("s", "c")
+    await parts.lifecycle.fail("s", "c")
+    doc["clusters"]["c"]["state"] = "STANDBY"
+    await parts.put(doc)
+    await parts.lifecycle.failover("s", "a", "b", margin_ms=1000)  # then a -> b
+    view = parts.store.get("s")
+    assert [(f.from_cluster, f.to_cluster) for f in view.status.failovers[-2:]] == [
+        ("a", "c"),
+        ("a", "b"),
+    ]
+    read_up_to(parts, 0, 30)
+    read_up_to(parts, 1, 30)
+    start = as_offsets({"a/t/0": 30, "a/t/1": 30})
+
+    assert parts.translator.record_for(view, "c", start) is None
+    plan = await parts.batches.latest(
+        view, "q", start, max_records=None, cap=None, fail_on_data_loss=True
+    )
+    assert plan.end == {"b/t/0": SHIFT + 30, "b/t/1": SHIFT + 30}
+    assert set(plan.retired) == {"a/t/0", "a/t/1"}

@@ -126,3 +126,11 @@ def test_a_standby_naming_the_leader_sends_the_client_there() -> None:
     coordinators = Coordinators(ConnectConfig.parse("a:1,b:2"))
     coordinators.moved(_Failed(grpc.StatusCode.UNAVAILABLE, leader="c:3"), "a:1")
     assert coordinators.address == "c:3"
+
+
+def test_a_leader_still_starting_keeps_the_client() -> None:
+    """A replica just elected names itself (its duties are loading): the
+    client retries it, not another replica."""
+    coordinators = Coordinators(ConnectConfig.parse("a:1,b:2"))
+    assert not coordinators.moved(_Failed(grpc.StatusCode.UNAVAILABLE, leader="a:1"), "a:1")
+    assert coordinators.address == "a:1"

@@ -73,6 +73,18 @@ class NotLeaderError(UnavailableError):
         super().__init__(f"this coordinator is a standby; {where}")
 
 
+class LeaderStartingError(NotLeaderError):
+    """This replica was elected and is still loading its term's state (read
+    from etcd, its clusters set up): it answers as the leader once ready.
+    Clients retry it (``leader`` is its own address)."""
+
+    def __init__(self, leader: str) -> None:
+        UnavailableError.__init__(
+            self, "this coordinator was just elected and is loading its state; retry"
+        )
+        self.leader = leader
+
+
 class AuthenticationError(MultikafkaError):
     """The caller did not prove who it is (no credential)."""
 

@@ -236,7 +236,8 @@ class Coordinators:
             return False
         leader = leader_of(error)
         with self._lock:
-            if address != self._address:
+            if address != self._address or leader == self._address:
+                # (a replica naming itself leads and is starting: stay)
                 return False
             to_leader = bool(leader) and leader != self._address
             if to_leader:

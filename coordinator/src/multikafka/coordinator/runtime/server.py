@@ -37,7 +37,7 @@ from multikafka.coordinator.runtime.services import SERVICE_NAMES, start_grpc_se
 from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd, LeaseRenewals
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.core.background import BackgroundTasks
-from multikafka.core.exceptions import NotLeaderError, UnavailableError
+from multikafka.core.exceptions import LeaderStartingError, NotLeaderError, UnavailableError
 from multikafka.core.retry import Backoff, retry_async
 
 logger = logging.getLogger(__name__)
@@ -118,17 +118,22 @@ class Coordinator:
 
     def leading(self) -> LeaderDuties:
         """The duties of the current term; :class:`NotLeaderError` (naming the
-        leader) on a standby."""
+        leader) on a standby, :class:`LeaderStartingError` while a new term's
+        duties are loading (a call answered then would see clusters not set
+        up yet: clients retry, as on any takeover)."""
         duties = self.duties
         if duties is None or self.election is None or not self.election.is_leader:
             raise NotLeaderError(self.leader_address)
+        if not duties.started:
+            raise LeaderStartingError(self.address)
         return duties
 
     def reports(self) -> Reports:
         """What this replica tells operators: the term's reports while it
-        leads (or its term is ending), else a standby's."""
+        leads (or its term is ending), else a standby's (also while a new
+        term's duties are loading)."""
         duties = self.duties
-        return duties.reports if duties is not None else self._standby_reports
+        return duties.reports if duties is not None and duties.started else self._standby_reports
 
     async def status(self) -> ReplicaStatus:
         """This replica, etcd as it sees it, and the replicas announced there."""

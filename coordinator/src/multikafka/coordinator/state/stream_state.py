@@ -102,6 +102,13 @@ class StreamStatus:
                 return record
         return None
 
+    def failover_from(self, cluster: str) -> FailoverRecord | None:
+        """The latest failover whose source is ``cluster``."""
+        for record in reversed(self.failovers):
+            if record.from_cluster == cluster:
+                return record
+        return None
+
 
 @dataclass(frozen=True)
 class StreamView:

@@ -145,12 +145,16 @@ class FailoverTranslator:
         view: StreamView, cluster: str, start: Mapping[str, int]
     ) -> FailoverRecord | None:
         """The failover that decides where ``cluster``'s splits start for a query
-        at ``start``: the latest one into ``cluster``, while its source cluster
-        is still FAILED and the query still holds the source's splits."""
+        at ``start``: the latest one into ``cluster``, while ``cluster`` is
+        ACTIVE, its source cluster is still FAILED, has not failed over
+        elsewhere since, and the query still holds the source's splits."""
         record = view.status.failover_into(cluster)
-        if record is None:
+        if record is None or record is not view.status.failover_from(record.from_cluster):
             return None
+        target = view.spec.clusters.get(cluster)
         source = view.spec.clusters.get(record.from_cluster)
+        if target is None or target.state is not ClusterState.ACTIVE:
+            return None
         if source is None or source.state is not ClusterState.FAILED:
             return None
         return record if record.from_cluster in clusters_of(start) else None
