@@ -153,9 +153,21 @@ async def test_timestamp_starts_at_the_time_of_the_mark_before_the_position_minu
     # a/t/1: mark a/t/1@4 (7000 ms) - 2500 = 4500 -> offset 100 + 4 (5000 ms).
     assert entry == {"b/t/0": 5, "b/t/1": 104}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 5, "time of a/t/0@7 (8000 ms) - 2500 ms margin", 5, ESTIMATE),
         Translation(
-            "b/t/1", "a/t/1", 104, "time of a/t/1@4 (7000 ms) - 2500 ms margin", 104, ESTIMATE
+            "b/t/0",
+            "a/t/0",
+            5,
+            "time of a/t/0@7 (8000 ms) - 2500 ms margin (no fingerprints of a/t/0@7: not matched)",
+            5,
+            ESTIMATE,
+        ),
+        Translation(
+            "b/t/1",
+            "a/t/1",
+            104,
+            "time of a/t/1@4 (7000 ms) - 2500 ms margin (no fingerprints of a/t/1@4: not matched)",
+            104,
+            ESTIMATE,
         ),
     ]
 
@@ -183,9 +195,21 @@ async def test_timestamp_uses_a_lower_abandoned_position_instead_of_the_start(
     # a/t/1: position 6 -> mark @5 (9000 ms) - 2500 = 6500 -> offset 100 + 6 (7000 ms)
     assert entry == {"b/t/0": 2, "b/t/1": 106}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 2, "time of a/t/0@2 (5000 ms) - 2500 ms margin", 2, ESTIMATE),
         Translation(
-            "b/t/1", "a/t/1", 106, "time of a/t/1@5 (9000 ms) - 2500 ms margin", 106, ESTIMATE
+            "b/t/0",
+            "a/t/0",
+            2,
+            "time of a/t/0@2 (5000 ms) - 2500 ms margin (no fingerprints of a/t/0@2: not matched)",
+            2,
+            ESTIMATE,
+        ),
+        Translation(
+            "b/t/1",
+            "a/t/1",
+            106,
+            "time of a/t/1@5 (9000 ms) - 2500 ms margin (no fingerprints of a/t/1@5: not matched)",
+            106,
+            ESTIMATE,
         ),
     ]
 
@@ -329,7 +353,14 @@ async def test_resolve_translates_a_failover_target_and_starts_a_plain_cluster_i
     # read on a/t/1 -> earliest; c/u/0: plain, earliest.
     assert entry == {"b/t/0": 5, "b/t/1": 100, "c/u/0": 50}
     assert notes == [
-        Translation("b/t/0", "a/t/0", 5, "time of a/t/0@5 (7000 ms) - 1000 ms margin", 5, ESTIMATE),
+        Translation(
+            "b/t/0",
+            "a/t/0",
+            5,
+            "time of a/t/0@5 (7000 ms) - 1000 ms margin (no fingerprints of a/t/0@5: not matched)",
+            5,
+            ESTIMATE,
+        ),
         Translation("b/t/1", "a/t/1", 100, "nothing read yet on a/t/1@0: earliest", 100, ESTIMATE),
     ]
 

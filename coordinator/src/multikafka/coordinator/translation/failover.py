@@ -105,6 +105,11 @@ class Translation:
         return max(self.offset - self.estimate, 0) if self.estimate >= 0 else 0
 
 
+#: What a search of the mirror is cached by: (stream, mirror split, the
+#: estimate, the run of fingerprints, the time it looks up to).
+_SearchKey = tuple[str, str, int, tuple[Fingerprint, ...], int]
+
+
 @dataclass
 class _Ask:
     """One split's translation under way."""
@@ -119,6 +124,13 @@ class _Ask:
     mark: Mark | None = None
     exact: bool = False
     found: Found | None = field(default=None)
+
+    def search(self, stream: str, margin_ms: int) -> _SearchKey | None:
+        """What finding this split's copy takes (None: nothing to find)."""
+        if self.mark is None or self.estimate < 0:
+            return None
+        m = self.mark
+        return (stream, str(self.split), self.estimate, m.fingerprints, m.timestamp_ms + margin_ms)
 
 
 class FailoverTranslator:
@@ -136,9 +148,9 @@ class FailoverTranslator:
         self._syncs = syncs
         self._wait_s = wait_s
         self._max_scan = max_scan_records
-        #: What a scan found, by (stream, mirror split, estimate, run, time
-        #: bound): every query at the same position asks the same.
-        self._found: dict[tuple[str, str, int, tuple[Fingerprint, ...], int], Found | None] = {}
+        #: What a search of the mirror found: every query at the same
+        #: position asks the same (cleared when it grows past 10,000).
+        self._found: dict[_SearchKey, Found | None] = {}
 
     @staticmethod
     def record_for(
@@ -237,8 +249,11 @@ class FailoverTranslator:
         """The strategy's estimate for split ``b`` from ``a`` at ``pos``."""
         source = SplitId.parse(a)
         matchable = mark if mark is not None and mark.fingerprints else None
+        unmatched = ""
         if mark is not None and matchable is None:
-            exact = False  # nothing to find it by: "not matched" in the history
+            # read by an agent that keeps no fingerprints (an older version),
+            # or a mark too old to keep them
+            unmatched = f" (no fingerprints of {a}@{mark.offset}: not matched)"
         fallback = ""
         if record.strategy is FailoverStrategy.MM2:
             hit = (
@@ -248,13 +263,13 @@ class FailoverTranslator:
             )
             if hit is not None:
                 up, down = hit.sync.upstream_offset, hit.sync.downstream_offset
-                how = f"mm2 from {a}@{pos} by the sync {up} -> {down}"
+                how = f"mm2 from {a}@{pos} by the sync {up} -> {down}{unmatched}"
                 return _Ask(b, a, how, hit.offset, mark=matchable, exact=exact)
             cp = self._checkpoint(view, record.to_cluster, group_id, b, pos)
             if cp is not None:
                 how = (
                     f"mm2 from {a}@{pos} by group {group_id}'s checkpoint "
-                    f"{cp.upstream_offset} -> {cp.downstream_offset}"
+                    f"{cp.upstream_offset} -> {cp.downstream_offset}{unmatched}"
                 )
                 return _Ask(b, a, how, cp.downstream_offset, mark=matchable, exact=exact)
             fallback = f"no MM2 offset sync at or before {a}@{pos}, so timestamp: "
@@ -265,7 +280,7 @@ class FailoverTranslator:
         ts = max(mark.timestamp_ms - record.margin_ms, 0)
         how = (
             f"{fallback}time of {a}@{mark.offset} ({mark.timestamp_ms} ms) - "
-            f"{record.margin_ms} ms margin"
+            f"{record.margin_ms} ms margin{unmatched}"
         )
         return _Ask(b, a, how, lookup=OffsetQuery.at_time(ts), mark=matchable, exact=exact)
 
@@ -290,46 +305,28 @@ class FailoverTranslator:
     async def _match(
         self, view: StreamView, cluster: str, asks: Sequence[_Ask], margin_ms: int
     ) -> None:
-        """Find the copies of the last records read, from each estimate up to
-        the last record's time plus ``margin_ms`` (cached per position)."""
-        keys = {
-            id(a): (
-                view.name,
-                str(a.split),
-                a.estimate,
-                a.mark.fingerprints,
-                a.mark.timestamp_ms + margin_ms,
-            )
-            for a in asks
-            if a.mark is not None and a.estimate >= 0
-        }
-        todo = [a for a in asks if id(a) in keys]
-        scan = [a for a in todo if keys[id(a)] not in self._found]
-        if scan:
+        """Find the copies of the last records read, from each estimate on
+        (:meth:`_find`), once per position."""
+        searches = {id(a): key for a in asks if (key := a.search(view.name, margin_ms))}
+        todo = {key for key in searches.values() if key not in self._found}
+        if todo:
             # What the marks say is written before it decides a translation: a
             # leader that takes over finds the same (the match is a function
             # of etcd and the mirror).
             await self._marks.flush()
-            found = await self.find(
-                view,
-                cluster,
-                {
-                    (a.split.topic, a.split.partition): (
-                        a.estimate,
-                        keys[id(a)][3],
-                        keys[id(a)][4],
-                    )
-                    for a in scan
-                },
+            by_partition = {_partition(key[1]): key for key in todo}
+            found = await self._find(
+                view, cluster, {tp: (k[2], k[3], k[4]) for tp, k in by_partition.items()}
             )
-            for a in scan:
-                self._found[keys[id(a)]] = found.get((a.split.topic, a.split.partition))
             if len(self._found) > 10_000:
                 self._found.clear()
-        for ask in todo:
-            ask.found = self._found.get(keys[id(ask)])
+            for tp, key in by_partition.items():
+                self._found[key] = found.get(tp)
+        for ask in asks:
+            key = searches.get(id(ask))
+            ask.found = self._found.get(key) if key is not None else None
 
-    async def find(
+    async def _find(
         self,
         view: StreamView,
         cluster: str,
@@ -499,3 +496,8 @@ def _chosen(ask: _Ask) -> Translation:
         ask.estimate,
         ESTIMATE,
     )
+
+
+def _partition(split: str) -> tuple[str, int]:
+    s = SplitId.parse(split)
+    return s.topic, s.partition
