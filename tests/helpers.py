@@ -296,3 +296,34 @@ def by_split(columns: planner_pb2.OffsetColumns) -> dict[str, int]:
     """A position's offsets or times (``offsets``, ``split_timestamps``) by
     split id (the wire carries them in columns)."""
     return dict(ov.from_columns(columns, "position", allow_special=True))
+
+
+def report_reads(
+    coordinator: str, stream: str, query_id: str, positions: Mapping[str, int]
+) -> None:
+    """Tell ``coordinator`` (an address) what a query read, as its agents
+    would: for each split, a range read up to its position (its last record
+    the one before; no fingerprints). A failover translates from the last
+    record read, and waits for this report otherwise."""
+    import grpc
+
+    from multikafka.v1 import reader_pb2, reader_pb2_grpc
+
+    marks = [
+        reader_pb2.ReadMark(
+            split=split,
+            last_offset=at - 1,
+            last_timestamp_ms=1,
+            next_offset=at,
+            from_offset=at - 1,
+        )
+        for split, at in positions.items()
+        if at > 0
+    ]
+    with grpc.insecure_channel(coordinator) as channel:
+        reader_pb2_grpc.ReaderStub(channel).ReportReads(
+            reader_pb2.ReportReadsRequest(
+                agent_id="test", stream=stream, query_id=query_id, marks=marks
+            ),
+            timeout=30,
+        )

@@ -22,7 +22,7 @@ from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, produce_sequence, stream_doc, uid
+from tests.helpers import eventually, produce_sequence, report_reads, stream_doc, uid
 
 pytestmark = pytest.mark.integration
 
@@ -94,6 +94,7 @@ def test_failover_translates_with_the_syncs_read_while_the_source_lived(
     # up to 7 (records 4-6 read); the source dies.
     start = {f"a/{topic}/0": 10, f"a/{topic}/1": 7}
     planner.commit(name, "q", start, "")
+    report_reads(coordinator.address, name, "q", start)
     source.require_process().process.kill()
     admin.failover(name, "a", "b", strategy="mm2", margin_ms=1000, reason="test")
     end = planner.latest(name, "q", start, max_records=0, cap=None, fail_on_data_loss=True)
@@ -136,6 +137,7 @@ def test_a_query_s_commit_group_translates_by_mm2_s_checkpoint_without_syncs(
     group = uid("g")
     start = {f"a/{topic}/0": 12}
     planner.commit(name, "q", start, group)  # commits 12 to the group on the source, too
+    report_reads(coordinator.address, name, "q", start)
     # MM2's checkpoint of the group: it saw the group at 9 (it lags), 9 -> 14.
     producer = Producer({"bootstrap.servers": mirror.bootstrap, "batch.num.messages": 1})
     key, value = Checkpoint(group, remote, 0, 9, 14, "").encode()
