@@ -21,7 +21,12 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from multikafka.coordinator.clusters.kafka import KafkaMetadataClient, MetadataClient, OffsetQuery
+from multikafka.coordinator.clusters.kafka import (
+    KafkaMetadataClient,
+    MetadataClient,
+    OffsetQuery,
+    UnresolvedClient,
+)
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.state.stream_state import StreamView
 from multikafka.core.background import BackgroundTasks
@@ -29,6 +34,7 @@ from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import ServesStreams
 from multikafka.core.model import ClusterSpec, ClusterState, Connection, SplitId
 from multikafka.core.offsets import Splits
+from multikafka.core.references import ReferenceError
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +179,11 @@ class Discovery:
     async def _acquire(self, connection: Connection) -> SharedClient:
         shared = self._shared.get(connection.fingerprint)
         if shared is None:
-            client = await self._run(self._factory, connection)
+            try:
+                client: MetadataClient = await self._run(self._factory, connection)
+            except ReferenceError as exc:  # settings this pod cannot resolve
+                logger.warning("cluster settings unresolved: %s", exc)
+                client = UnresolvedClient(str(exc))
             shared = self._shared[connection.fingerprint] = SharedClient(client)
         shared.users += 1
         return shared
