@@ -85,6 +85,10 @@ class StreamOperations:
         )
         return self._reports.describe(view)
 
+    def note(self, stream: str, what: str, principal: str, *, cluster: str = "") -> None:
+        """Record in the stream's history that ``principal`` asked for ``what``."""
+        self._history.record(stream, "request", cluster=cluster, detail=what, principal=principal)
+
     def assignments(self, stream: str) -> list[tuple[str, list[str]]]:
         """(agent id, splits of ``stream`` it reported reading lately), for
         every agent that holds some."""
