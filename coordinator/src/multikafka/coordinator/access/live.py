@@ -1,8 +1,8 @@
 """The access policy in force on a replica, kept in line with its file.
 
-The file (``--access-policy``) is looked at every ``interval_s`` (a stat;
-read and parsed only when it changed: a Kubernetes Secret update swaps a
-symlink, which a stat sees). A new file that parses replaces the policy at
+The file (``--access-policy``) is read every ``interval_s`` and parsed
+when its digest changed (a Kubernetes Secret update swaps a symlink: the
+path then reads the new content). A new file that parses replaces the policy at
 once: the next call of every caller is decided by it, and listeners (the
 agents' link) end what the new policy no longer allows. A file that does
 not parse is refused with a log line naming its line and the reason, and
@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from collections.abc import Callable
-from pathlib import Path
 
 from multikafka.coordinator.access.audit import audit
 from multikafka.coordinator.access.parse import MAX_POLICY_BYTES, PolicyError, parse_policy
@@ -70,7 +68,8 @@ class AccessControl:
         self.version = 0
         #: Why the file in place is not in force ("" while it is).
         self.problem = ""
-        self._seen: tuple[int, int, int] | None = None
+        #: The digest of the file last read (a refused one too).
+        self._seen = ""
         self._listeners: list[Callable[[], None]] = []
         if not policy_file:
             self.policy = Policy({}, ()).with_entries(*self._extra)
@@ -113,19 +112,18 @@ class AccessControl:
         the policy changed."""
         if not self.path:
             return False
+        # Read and hashed every time: a stat can miss a rewrite (an inode
+        # reused within one tick of the file system's clock), and a policy
+        # file is small.
         try:
-            st = os.stat(self.path)
-            seen = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except OSError as exc:
-            return self._refused(f"cannot read {self.path}: {exc.strerror}", None)
-        if seen == self._seen:
-            return False
-        self._seen = seen
-        try:
-            data = Path(self.path).read_bytes()[: MAX_POLICY_BYTES + 1]
+            with open(self.path, "rb") as f:
+                data = f.read(MAX_POLICY_BYTES + 1)
         except OSError as exc:
             return self._refused(f"cannot read {self.path}: {exc.strerror}", None)
         digest = hashlib.sha256(data).hexdigest()
+        if digest == self._seen:
+            return False
+        self._seen = digest
         if self.policy is not None and digest == self.policy.digest:
             self._valid()
             return False
