@@ -19,14 +19,28 @@ import grpc
 import pytest
 
 from multikafka.coordinator.access import AUDIT_LOGGER, Identity, Role
+from multikafka.coordinator.config import TlsFiles
+from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import MultikafkaError
-from multikafka.core.transport import bearer
+from multikafka.core.planner_client import PlannerClient
+from multikafka.core.transport import ConnectConfig, bearer
+from multikafka.devstack import CoordinatorThread
+from multikafka.devstack.feed import create_topics
 from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.plan import tasks_from_plan
 from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
+from tests.certs import Issued, issue, make_certs
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, stream_doc, uid
-from tests.teams import POLICY_INTERVAL_S, RECORDS, Teams, as_text, new_tokens, start_teams
+from tests.teams import (
+    POLICY_INTERVAL_S,
+    RECORDS,
+    Teams,
+    as_text,
+    new_tokens,
+    policy_text,
+    start_teams,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +83,20 @@ def test_readers_reach_their_streams_only(teams: Teams) -> None:
                 offsets, _ = planner.resolve(stream, LATEST)
                 assert sum(offsets.values()) == RECORDS + 2  # the records and two fences
             for stream in theirs:
+                # LatestOffsets travels on the stream a query keeps open:
+                # checked there too, at each request.
+                latest = refused(
+                    lambda: planner.latest(  # noqa: B023
+                        stream,  # noqa: B023
+                        "q",
+                        {},
+                        max_records=0,
+                        cap=None,
+                        fail_on_data_loss=True,
+                    ),
+                    DENIED,
+                )
+                assert f"stream '{stream}'" in latest
                 message = refused(lambda: planner.resolve(stream, EARLIEST), DENIED)  # noqa: B023
                 assert f"stream '{stream}'" in message
                 assert "reader role" in message
@@ -184,7 +212,42 @@ def test_an_agent_of_team_a_never_receives_team_b_clusters(teams: Teams) -> None
         assert "orders-us" in streams
         assert "payments" not in streams
         assert max(e.generation for e in seen) >= payments.generation
-        # Another principal cannot take the agent over.
+        # team A's operator sees team A's agent, not team B's; the platform both.
+        b_id = uid("agent-b")
+        b_channel, b_events = _events(teams, "team-b-jobs", b_id)
+        try:
+            assert {d.stream for d in next(b_events).clusters} == {"payments"}
+            # Each says what it reads (its sub-readers), as agents heartbeat.
+            for channel_, who, aid, stream in (
+                (channel, "team-a-jobs", agent_id, "orders-us"),
+                (b_channel, "team-b-jobs", b_id, "payments"),
+            ):
+                reader_pb2_grpc.ReaderStub(channel_).Heartbeat(
+                    reader_pb2.HeartbeatRequest(
+                        agent_id=aid,
+                        sub_readers=[reader_pb2.SubReaderStats(stream=stream, cluster="a")],
+                    ),
+                    metadata=bearer(teams.tokens[who]),
+                    timeout=5,
+                )
+            with teams.admin("team-a-ops") as ops:
+                seen_by_ops = {r.agent_id for r in ops.readers()}
+            with teams.admin("platform") as admin:
+                seen_by_admin = {r.agent_id: r for r in admin.readers()}
+        finally:
+            b_channel.close()
+        assert agent_id in seen_by_ops
+        assert not any(a.startswith("agent-b") for a in seen_by_ops)
+        assert agent_id in seen_by_admin
+        assert any(a.startswith("agent-b") for a in seen_by_admin)
+        # Another principal cannot take the agent over, nor speak for it.
+        with pytest.raises(grpc.RpcError) as spoofed:
+            reader_pb2_grpc.ReaderStub(channel).Heartbeat(
+                reader_pb2.HeartbeatRequest(agent_id=agent_id),
+                metadata=bearer(teams.tokens["team-b-jobs"]),
+                timeout=5,
+            )
+        assert spoofed.value.code() == DENIED  # type: ignore[attr-defined]
         stub = reader_pb2_grpc.ReaderStub(channel)
         with pytest.raises(grpc.RpcError) as taken:
             stub.Register(
@@ -419,3 +482,79 @@ def test_fuzzed_policies_and_credentials_against_the_running_coordinator(teams: 
         access.load()
     assert calls == 1000
     assert loaded > 700
+
+
+def test_client_certificate_subjects_are_principals_under_mutual_tls(
+    make_coordinator: Callable[..., CoordinatorThread],
+    kafka: KafkaClusters,
+    tmp_path: Path,
+) -> None:
+    """``spark-b`` is a certificate subject, not a token: its certificate
+    alone reads payments; other verified certificates prove nobody (a few
+    random subjects), and a token still works beside any certificate."""
+    certs = make_certs(tmp_path / "certs")
+    spark_b = issue(certs.client_ca, tmp_path / "certs", "spark-b", server=False)
+    strangers = [
+        issue(certs.client_ca, tmp_path / "certs", f"x{secrets.token_hex(3)}", server=False)
+        for _ in range(3)
+    ]
+    tokens = new_tokens()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        policy_text(tokens).replace("CN=spark-b,O=team-b", "CN=spark-b,O=multikafka tests")
+    )
+    thread = make_coordinator(
+        tls=TlsFiles(
+            str(certs.server.cert_path), str(certs.server.key_path), str(certs.client_ca.cert_path)
+        ),
+        access_policy=str(policy),
+    )
+    (a,) = kafka.shared(1)
+
+    def planner(cert: Issued, token: str = "") -> PlannerClient:
+        return PlannerClient(
+            ConnectConfig.parse(
+                thread.address,
+                tls_ca=certs.ca.cert_pem,
+                cert=cert.cert_pem,
+                key=cert.key_pem,
+                token=token,
+            ),
+            timeout_s=5,
+            call_timeout_s=5,
+        )
+
+    with AdminClient(
+        ConnectConfig.parse(
+            thread.address,
+            tls_ca=certs.ca.cert_pem,
+            cert=certs.client.cert_pem,
+            key=certs.client.key_pem,
+            token=tokens["platform"],
+        ),
+        timeout_s=10,
+    ) as admin:
+        for stream in ("payments", "orders-eu"):
+            topic = uid(stream)
+            create_topics(a.bootstrap, {topic: 1})
+            admin.put_stream(stream_doc(stream, {"a": (a.bootstrap, [topic])}))
+    b = planner(spark_b)
+    try:
+        assert b.resolve("payments", EARLIEST)[0]
+        assert "'orders-eu'" in refused(lambda: b.resolve("orders-eu", EARLIEST), DENIED)
+    finally:
+        b.close()
+    for cert in (certs.client, *strangers):
+        nobody = planner(cert)
+        try:
+            message = refused(lambda: nobody.resolve("payments", EARLIEST), UNAUTHENTICATED)  # noqa: B023
+            assert "is not one" in message
+            assert "spark-b" not in message
+        finally:
+            nobody.close()
+    a_jobs = planner(strangers[0], tokens["team-a-jobs"])
+    try:
+        assert a_jobs.resolve("orders-eu", EARLIEST)[0]
+        refused(lambda: a_jobs.resolve("payments", EARLIEST), DENIED)
+    finally:
+        a_jobs.close()

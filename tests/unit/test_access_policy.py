@@ -325,3 +325,21 @@ def test_a_policy_names_tokens_only_by_hash() -> None:
     for token in TOKENS.values():
         assert token not in dumped
         assert hashlib.sha256(token.encode()).hexdigest() in TWO_TEAMS
+
+
+def test_a_handler_reached_without_the_interceptor_proves_nobody(tmp_path: Path) -> None:
+    """Fail closed: where access is checked, a service asked outside a call
+    the interceptor identified grants nothing (and everything where nothing
+    is checked)."""
+    from multikafka.coordinator.access import caller
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(TWO_TEAMS)
+    access = AccessControl(str(path))
+    access.load()
+    nobody = caller(access)
+    assert not nobody.may(Role.READER, "orders-eu")
+    with pytest.raises(AuthenticationError):
+        nobody.require(Role.READER, "orders-eu")
+    assert caller(AccessControl()).may(Role.ADMIN, "anything")
+    assert caller().may(Role.ADMIN, "anything")

@@ -72,6 +72,17 @@ class Caller:
         except MultikafkaError:
             return False
 
+    def same_rights(self, before: Rights | None) -> bool:
+        """Whether its rights now grant what ``before`` did (the same roles
+        on the same stream globs), under the policy in force."""
+        try:
+            now = self.rights
+        except MultikafkaError:
+            return False
+        if before is None or now is before:
+            return now is before
+        return now.admin == before.admin and now.scope() == before.scope()
+
     def may(self, role: Role, stream: str) -> bool:
         try:
             return self.rights.may(role, stream)
@@ -104,13 +115,20 @@ class Caller:
 
 
 _OPEN = Caller(None, Identity())
-_CURRENT: ContextVar[Caller] = ContextVar("multikafka_caller", default=_OPEN)
+_CURRENT: ContextVar[Caller | None] = ContextVar("multikafka_caller", default=None)
 
 
-def caller() -> Caller:
-    """The caller of the call being served (everything allowed outside a
-    checked call)."""
-    return _CURRENT.get()
+def caller(access: AccessControl | None = None) -> Caller:
+    """The caller of the call being served. Outside a call the interceptor
+    checked: everything is allowed where ``access`` checks nothing (or is
+    not given), and nothing where it does (fail closed: a handler reached
+    without the interceptor proves nobody)."""
+    current = _CURRENT.get()
+    if current is not None:
+        return current
+    if access is None or not access.enabled:
+        return _OPEN
+    return Caller(access, Identity())
 
 
 def serving(c: Caller) -> object:

@@ -167,6 +167,10 @@ class Rights:
         held = self.role_on(stream)
         return held is not None and held >= role
 
+    def scope(self) -> frozenset[tuple[Role, tuple[str, ...]]]:
+        """What it grants: (role, stream globs) of each grant."""
+        return frozenset((g.role, g.streams) for g in self.grants)
+
     def holds(self, role: Role) -> bool:
         """Whether ``role`` (or a higher one) is held on some stream."""
         return any(g.role >= role for g in self.grants)

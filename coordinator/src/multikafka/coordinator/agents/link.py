@@ -65,12 +65,7 @@ class AgentLink:
         ``converter``: how it converts Kafka messages into Arrow; ``caller``:
         who registers it (its events show only the streams it may read; an
         agent registered by one principal is not another's to take over)."""
-        known = self._registry.get(agent_id)
-        if known is not None and caller is not None and known.principal != caller.name:
-            raise PermissionDeniedError(
-                f"agent {shown(agent_id)} is registered by another principal; "
-                "an agent id belongs to the principal that registered it"
-            )
+        self.check_owner(agent_id, caller)
         await self._registry.register(agent_id, host, pid, converter, caller)
         return self._reconciler.generation
 
@@ -89,11 +84,7 @@ class AgentLink:
         agent = self._registry.get(agent_id)
         if agent is None:
             raise NotFoundError(f"agent {shown(agent_id)} is not registered; call Register first")
-        if caller is not None and agent.principal != caller.name:
-            raise PermissionDeniedError(
-                f"agent {shown(agent_id)} is registered by another principal; "
-                "an agent id belongs to the principal that registered it"
-            )
+        self.check_owner(agent_id, caller)
         mailbox = self._registry.subscribe(agent_id)
         try:
             yield self._reconciler.snapshot_payload(agent.rights)
@@ -105,6 +96,16 @@ class AgentLink:
                 yield item.payload
         finally:
             self._registry.unsubscribe(agent_id, mailbox)
+
+    def check_owner(self, agent_id: str, caller: Caller | None) -> None:
+        """:class:`PermissionDeniedError` if ``agent_id`` is registered by
+        another principal than ``caller``'s (None: nothing is checked)."""
+        known = self._registry.get(agent_id)
+        if known is not None and caller is not None and known.principal != caller.name:
+            raise PermissionDeniedError(
+                f"agent {shown(agent_id)} is registered by another principal; "
+                "an agent id belongs to the principal that registered it"
+            )
 
     def heartbeat(
         self, agent_id: str, applied: int, stats: Sequence[reader_pb2.SubReaderStats]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from multikafka.coordinator.access import Caller, Rights, Role
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.core.background import BackgroundTasks
-from multikafka.core.exceptions import MultikafkaError, UnavailableError
+from multikafka.core.exceptions import UnavailableError
 from multikafka.core.recent import Recent
 from multikafka.v1 import reader_pb2
 
@@ -288,13 +288,13 @@ class AgentRegistry:
         for agent in self._agents.values():
             if agent.queue is None or agent.caller is None:
                 continue
-            try:
-                same = agent.rights_now() is agent.rights
-            except MultikafkaError:
-                same = False
-            if not same:
-                agent.queue.close()
-                ended += 1
+            if agent.caller.same_rights(agent.rights):
+                # The same grants under a new policy: its events are filtered
+                # by the policy's new rights object from now on.
+                agent.rights = agent.rights_now()
+                continue
+            agent.queue.close()
+            ended += 1
         return ended
 
     def unsubscribe(self, agent_id: str, mailbox: Mailbox) -> None:

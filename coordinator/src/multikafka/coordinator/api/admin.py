@@ -54,9 +54,22 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self._replica = replica
         self._access = access
 
+    def _caller(self) -> Caller:
+        return caller(self._access)
+
+    def _operated(self, name: str, field: str) -> str:
+        """The stream a request names, which the caller must operate (checked
+        before anything is looked up: a refusal says nothing of the stream)."""
+        stream = validate_name(name, field)
+        self._caller().require(Role.OPERATOR, stream)
+        return stream
+
+    def _stream_cluster(self, request: admin_pb2.ClusterRequest) -> tuple[str, str]:
+        return self._operated(request.stream, "stream"), validate_name(request.cluster, "cluster")
+
     def _note(self, stream: str, what: str, cluster: str = "") -> None:
         """Put who asked for a change in the stream's history."""
-        who = caller().name
+        who = self._caller().name
         if who:
             self._operations().note(stream, what, who, cluster=cluster)
 
@@ -77,7 +90,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             )
         operations = self._operations()
         spec = parse_stream_json(request.document_json)
-        _check_put(caller(), spec)
+        _check_put(self._caller(), spec)
         info = _stream_info(await operations.put_stream(spec, request.expected_version))
         self._note(spec.name, f"document put (version {info.version})")
         return info
@@ -86,13 +99,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetStream(
         self, request: admin_pb2.GetStreamRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
-        return _stream_info(self._reports().stream(_operated(request.name, "name")))
+        return _stream_info(self._reports().stream(self._operated(request.name, "name")))
 
     @unary
     async def ListStreams(
         self, request: admin_pb2.ListStreamsRequest, context: Ctx
     ) -> admin_pb2.ListStreamsResponse:
-        who = caller()
+        who = self._caller()
         return admin_pb2.ListStreamsResponse(
             streams=[
                 _stream_info(r)
@@ -105,7 +118,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def DeleteStream(
         self, request: admin_pb2.DeleteStreamRequest, context: Ctx
     ) -> admin_pb2.DeleteStreamResponse:
-        name = _operated(request.name, "name")
+        name = self._operated(request.name, "name")
         deleted = await self._operations().delete_stream(name)
         return admin_pb2.DeleteStreamResponse(deleted=deleted)
 
@@ -113,7 +126,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def StreamHistory(
         self, request: admin_pb2.StreamHistoryRequest, context: Ctx
     ) -> admin_pb2.StreamHistoryResponse:
-        name = _operated(request.name, "name")
+        name = self._operated(request.name, "name")
         if request.limit < 0:
             raise ValidationError("limit", "must not be negative (0 means all that are kept)")
         entries = await self._reports().history(name, request.limit)
@@ -136,7 +149,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ClusterRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
         operations = self._operations()
-        stream, cluster = _stream_cluster(request)
+        stream, cluster = self._stream_cluster(request)
         info = _stream_info(await operations.drain(stream, cluster))
         self._note(stream, "drain requested", cluster)
         return info
@@ -146,7 +159,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ClusterRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
         operations = self._operations()
-        stream, cluster = _stream_cluster(request)
+        stream, cluster = self._stream_cluster(request)
         info = _stream_info(await operations.fail(stream, cluster))
         self._note(stream, "fail requested", cluster)
         return info
@@ -156,7 +169,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self, request: admin_pb2.ClusterRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
         operations = self._operations()
-        stream, cluster = _stream_cluster(request)
+        stream, cluster = self._stream_cluster(request)
         info = _stream_info(await operations.activate(stream, cluster))
         self._note(stream, "activate requested", cluster)
         return info
@@ -165,7 +178,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def Failover(
         self, request: admin_pb2.FailoverRequest, context: Ctx
     ) -> admin_pb2.StreamInfo:
-        stream = _operated(request.stream, "stream")
+        stream = self._operated(request.stream, "stream")
         src = validate_name(request.from_cluster, "from_cluster")
         dst = validate_name(request.to_cluster, "to_cluster")
         try:
@@ -189,11 +202,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListReaders(
         self, request: admin_pb2.ListReadersRequest, context: Ctx
     ) -> admin_pb2.ListReadersResponse:
-        who = caller()
+        who = self._caller()
         readers = []
         for a in await self._reports().readers():
-            # An operator sees the agents of its own principals and those
-            # reading its streams, and of what they read only its streams.
+            # An operator sees the agents its own principals registered and
+            # those reading its streams, and of what they read its streams only.
             mine = [s for s in a.sub_readers if who.may(Role.OPERATOR, s.split("/", 1)[0])]
             if not who.everything and not mine and (not a.principal or a.principal != who.name):
                 continue
@@ -215,7 +228,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListAssignments(
         self, request: admin_pb2.ListAssignmentsRequest, context: Ctx
     ) -> admin_pb2.ListAssignmentsResponse:
-        name = _operated(request.stream, "stream")
+        name = self._operated(request.stream, "stream")
         return admin_pb2.ListAssignmentsResponse(
             assignments=[
                 admin_pb2.Assignment(agent_id=agent_id, splits=held)
@@ -233,7 +246,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     query_id=q.query_id, stream=q.stream, offsets=q.offsets, updated_ms=q.updated_ms
                 )
                 for q in await self._reports().queries()
-                if caller().may(Role.OPERATOR, q.stream)
+                if self._caller().may(Role.OPERATOR, q.stream)
             ]
         )
 
@@ -266,7 +279,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListGrants(
         self, request: admin_pb2.ListGrantsRequest, context: Ctx
     ) -> admin_pb2.ListGrantsResponse:
-        who = caller()
+        who = self._caller()
         access = self._access
         grants: list[Grant] = access.grants() if access is not None else []
         if not who.everything:
@@ -287,18 +300,6 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             source=policy.source if policy is not None else "",
             problem=access.problem if access is not None else "",
         )
-
-
-def _operated(name: str, field: str) -> str:
-    """The stream a request names, which the caller must operate (checked
-    before anything is looked up: a refusal says nothing of the stream)."""
-    stream = validate_name(name, field)
-    caller().require(Role.OPERATOR, stream)
-    return stream
-
-
-def _stream_cluster(request: admin_pb2.ClusterRequest) -> tuple[str, str]:
-    return _operated(request.stream, "stream"), validate_name(request.cluster, "cluster")
 
 
 def _check_put(who: Caller, spec: StreamSpec) -> None:

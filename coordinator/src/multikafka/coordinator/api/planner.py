@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from multikafka.coordinator.access import Role, caller
+from multikafka.coordinator.access import AccessControl, Role, caller
 from multikafka.coordinator.api.rpc import unary
 from multikafka.coordinator.api.vectors import RecentVectors
 from multikafka.coordinator.planning.batches import MicroBatches
@@ -39,9 +39,15 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     :class:`MicroBatches`, or on a standby raises :class:`NotLeaderError`
     (naming the leader for the client)."""
 
-    def __init__(self, batches: Callable[[], MicroBatches], store: MetadataStore) -> None:
+    def __init__(
+        self,
+        batches: Callable[[], MicroBatches],
+        store: MetadataStore,
+        access: AccessControl | None = None,
+    ) -> None:
         self._batches = batches
         self._store = store
+        self._access = access
         #: What each query sent and was sent lately, decoded (:mod:`.vectors`).
         self.vectors = RecentVectors()
         #: (stream, cluster) -> (metadata generation, connection message).
@@ -51,7 +57,7 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
         """The stream a request names, which the caller must read (checked
         before it is looked up, at every request of a LatestOffsetsStream)."""
         stream = validate_name(name, "stream")
-        caller().require(Role.READER, stream)
+        caller(self._access).require(Role.READER, stream)
         return self._store.get(stream)
 
     @unary

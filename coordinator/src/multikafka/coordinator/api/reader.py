@@ -54,6 +54,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         self._link = link
         self._store = store
         self._heartbeat_ms = int(heartbeat_interval_s * 1000)
+        self._access = access
         if access is not None:
             access.on_change(self._policy_changed)
 
@@ -72,7 +73,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
         host = validate_id(request.host, "host")
         converter = validate_id(request.converter, "converter")
-        who = caller()
+        who = caller(self._access)
         generation = await link.register(
             agent_id, host, request.pid, converter, who if who.checked else None
         )
@@ -87,7 +88,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         link = self._link()
         agent_id = validate_id(request.agent_id, "agent_id")
         # Closed as soon as the call ends: the agent's subscription with it.
-        who = caller()
+        who = caller(self._access)
         async with aclosing(link.events(agent_id, who if who.checked else None)) as events:
             async for payload in events:
                 yield payload  # type: ignore[misc]  # bytes: see method_handlers
@@ -96,9 +97,11 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
     async def Heartbeat(
         self, request: reader_pb2.HeartbeatRequest, context: Ctx
     ) -> reader_pb2.HeartbeatResponse:
-        who = caller()
+        who = caller(self._access)
         stats = [s for s in request.sub_readers if who.may(Role.READER, s.stream)]
-        beat = self._link().heartbeat(request.agent_id, request.applied_generation, stats)
+        link = self._link()
+        link.check_owner(request.agent_id, who if who.checked else None)
+        beat = link.heartbeat(request.agent_id, request.applied_generation, stats)
         return reader_pb2.HeartbeatResponse(known=beat.known, generation=beat.generation)
 
     @unary
@@ -109,6 +112,8 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         as long as the agent keeps the call open."""
         self._link()
         agent_id = ""
+        who = caller(self._access)
+        checked = who.checked
         async for ack in requests:
             link = self._link()  # a deposed replica ends the call: the agent moves
             if not isinstance(ack, reader_pb2.AckRequest):
@@ -121,6 +126,8 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
                     f"a call acknowledges for one agent ({shown(agent_id)}), "
                     f"not also for {shown(ack.agent_id)}",
                 )
+            if checked:
+                link.check_owner(agent_id, who)
             link.acknowledge(agent_id, ack.applied_generation)
         return reader_pb2.AckResponse()
 
@@ -133,7 +140,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         # leaves no marks or abandoned ranges behind.
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
         stream = validate_name(request.stream, "stream")
-        caller().require(Role.READER, stream)
+        caller(self._access).require(Role.READER, stream)
         stream = self._store.get(stream).name
         for i, mark in enumerate(request.marks):
             _split(mark.split, f"marks[{i}].split")

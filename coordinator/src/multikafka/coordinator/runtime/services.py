@@ -68,7 +68,7 @@ async def start_grpc_server(
         AdminService(lambda: leading().operations, reports, replica, access), server
     )
     planner_pb2_grpc.add_PlannerServicer_to_server(
-        PlannerService(lambda: leading().batches, store), server
+        PlannerService(lambda: leading().batches, store, access), server
     )
     add_reader_service(
         ReaderService(lambda: leading().link, store, config.heartbeat_interval_s, access), server
