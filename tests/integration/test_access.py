@@ -31,7 +31,7 @@ from multikafka.reader_agent.plan import tasks_from_plan
 from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from tests.certs import Issued, issue, make_certs
 from tests.conftest import KafkaClusters
-from tests.helpers import eventually, stream_doc, uid
+from tests.helpers import eventually, run_admin_cli, stream_doc, uid
 from tests.teams import (
     POLICY_INTERVAL_S,
     RECORDS,
@@ -558,3 +558,27 @@ def test_client_certificate_subjects_are_principals_under_mutual_tls(
         refused(lambda: a_jobs.resolve("payments", EARLIEST), DENIED)
     finally:
         a_jobs.close()
+
+
+def test_the_admin_cli_shows_grants_and_who_changed_a_stream(teams: Teams, tmp_path: Path) -> None:
+    token_file = str(teams.token_file("team-a-ops", tmp_path))
+    base = ["--coordinator", teams.address, "--token-file", token_file]
+    result = run_admin_cli([*base, "--json", "grants"])
+    assert result.exit_code == 0, result.output
+    grants = json.loads(result.stdout)
+    assert grants["caller"] == "team-a-ops"
+    assert [(g["principal"], g["role"], g["streams"]) for g in grants["grants"]] == [
+        ("team-a-ops", "operator", ["orders-*"])
+    ]
+    result = run_admin_cli(
+        [*base, "cluster", "activate", "--stream", "orders-us", "--cluster", "a"]
+    )
+    assert result.exit_code == 0, result.output
+    result = run_admin_cli([*base, "--json", "streams", "history", "orders-us"])
+    assert result.exit_code == 0, result.output
+    entries = json.loads(result.stdout)
+    assert entries[-1]["principal"] == "team-a-ops"
+    assert entries[-1]["detail"] == "activate requested"
+    refused_ = run_admin_cli([*base, "streams", "history", "payments"])
+    assert refused_.exit_code == 1
+    assert "'payments'" in refused_.output
