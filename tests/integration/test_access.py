@@ -295,6 +295,46 @@ def test_a_rotated_token_stops_and_the_new_one_works_without_restart(teams: Team
         eventually(lambda: _served(teams, "team-a-jobs"), timeout_s=5)
 
 
+def test_a_revoked_grant_stops_the_next_call_and_ends_subscriptions(teams: Teams) -> None:
+    """The principal stays, its grant goes: its next call is refused and its
+    agent's subscription ends; team B's agent, whose grants did not change,
+    keeps its subscription through the reload."""
+    a_channel, a_events = _events(teams, "team-a-jobs", uid("agent-rev"))
+    b_channel, b_events = _events(teams, "team-b-jobs", uid("agent-keep"))
+    planner = teams.planner("team-a-jobs")
+    good = teams.policy.read_text()
+    try:
+        assert next(a_events).snapshot
+        assert next(b_events).snapshot
+        planner.resolve("orders-eu", EARLIEST)
+        teams.policy.write_text(
+            good.replace(
+                '  - {principal: team-a-jobs, role: reader,   streams: ["orders-*"]}\n', ""
+            )
+        )
+        assert all(not e.snapshot for e in a_events)  # the subscription ends
+        message = eventually(
+            lambda: refused(lambda: planner.resolve("orders-eu", EARLIEST), DENIED), timeout_s=5
+        )
+        assert "reader role" in message
+        # team B's subscription goes on: a change of payments still reaches it.
+        with teams.admin("platform") as admin:
+            doc = json.loads(admin.get_stream("payments").document_json)
+            doc["clusters"]["a"]["properties"]["fetch.wait.max.ms"] = "13"
+            changed = admin.put_stream(doc)
+        event = next(b_events)
+        while event.generation < changed.generation:
+            event = next(b_events)
+        assert not event.snapshot
+        assert {d.stream for d in event.clusters} == {"payments"}
+    finally:
+        planner.close()
+        a_channel.close()
+        b_channel.close()
+        teams.policy.write_text(good)
+        eventually(lambda: _served(teams, "team-a-jobs"), timeout_s=5)
+
+
 def _served(teams: Teams, principal: str) -> bool:
     planner = teams.planner(principal)
     try:
