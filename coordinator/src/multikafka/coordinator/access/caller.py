@@ -20,7 +20,7 @@ from multikafka.coordinator.access.live import AccessControl
 from multikafka.coordinator.access.policy import EVERYTHING, Identity, Rights, Role
 from multikafka.core.exceptions import AuthenticationError, MultikafkaError
 
-__all__ = ["Caller", "caller", "serving"]
+__all__ = ["OPEN", "Caller", "caller", "serving"]
 
 
 class Caller:
@@ -114,7 +114,8 @@ class Caller:
         )
 
 
-_OPEN = Caller(None, Identity())
+#: The caller where nothing is checked: it may do everything.
+OPEN = Caller(None, Identity())
 _CURRENT: ContextVar[Caller | None] = ContextVar("multikafka_caller", default=None)
 
 
@@ -127,7 +128,7 @@ def caller(access: AccessControl | None = None) -> Caller:
     if current is not None:
         return current
     if access is None or not access.enabled:
-        return _OPEN
+        return OPEN
     return Caller(access, Identity())
 
 

@@ -12,7 +12,10 @@ that never had a good file refuses every call but health (fail closed).
 The token files (``--admin-token-file``, ``--reader-token-file``) and, with
 no policy file, ``--tls-client-ca`` add their built-in principals
 (:func:`~.policy.built_in_entries`). With none of these, nothing is
-checked (:data:`~.policy.EVERYTHING`).
+checked (:data:`~.policy.EVERYTHING`). Without a policy file, a service
+none of these guards stays open as before (:meth:`AccessControl.open_to_all`):
+the Admin service without an admin token, the Planner and Reader services
+without a reader token or client certificates.
 """
 
 from __future__ import annotations
@@ -61,6 +64,18 @@ class AccessControl:
             reader_token=reader_token,
             any_certificate=any_certificate and not policy_file,
         )
+        #: gRPC service prefixes anyone may call (no policy file, and no
+        #: credential configured for them: as before access policies).
+        self._open: tuple[str, ...] = ()
+        if not policy_file and (admin_token or reader_token or any_certificate):
+            self._open = (
+                *(() if admin_token else ("/multikafka.v1.Admin/",)),
+                *(
+                    ()
+                    if reader_token or any_certificate
+                    else ("/multikafka.v1.Planner/", "/multikafka.v1.Reader/")
+                ),
+            )
         #: The policy in force (None: a file is configured but none was ever
         #: good: every call is refused).
         self.policy: Policy | None = None
@@ -78,6 +93,10 @@ class AccessControl:
     def enabled(self) -> bool:
         """Whether calls are checked at all."""
         return bool(self.path) or bool(self._extra[0])
+
+    def open_to_all(self, method: str) -> bool:
+        """Whether anyone may call ``method`` unchecked (see the module docstring)."""
+        return method.startswith(self._open) if self._open else False
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every policy change."""
