@@ -4,7 +4,7 @@ many queries plan their micro-batches at once, and how far it goes.
     python -m benchmarks.planner_load [--queries 1,10,100,300,1000] [--trigger 1.0]
         [--seconds 10] [--workers 8] [--nice 5] [--floor 100,1000]
         [--watermark-max-age 0.1] [--client source|wire] [--profile] [--py-spy]
-        [--out docs]
+        [--access] [--access-rounds 2] [--out docs]
 
 Starts etcd, two tansu clusters with 5 topics x 10 partitions each (100
 splits) and a coordinator in a process of its own (the product, real Kafka
@@ -49,6 +49,13 @@ queries' calls back to back, and for each N from 100 spaced as N queries'
 calls arrive (the CPU of the loop's wake-ups alone left out): a call that
 finds the loop asleep and the CPU's caches cold costs more than one of a
 busy loop.
+
+Access control (``--access``; issue 30): for each N, the same load against
+a second coordinator (its own etcd prefix, the same clusters) given an
+access policy of ``--principals`` (50) principals, each a reader of its own
+team's glob and of the stream, the queries spread over all of their tokens;
+runs alternate, ``--access-rounds`` of each (the median is compared). The
+goal: at most 5 % more coordinator CPU per trigger than without a policy.
 
 The goal (issue 18): at most 1 ms of coordinator CPU per trigger of a
 100-split query, so one leader serves 1,000 such queries at one trigger a
@@ -132,12 +139,19 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+    from multikafka.core.transport import ConnectConfig, bearer
     from multikafka.spark.compat import ReadAllAvailable
     from multikafka.spark.options import parse_options
     from multikafka.spark.source import MultiKafkaStreamReader
 
     trigger_s = plan["trigger_s"]
     walls: list[float] = []
+    tokens: list[str] = plan.get("tokens") or [""]
+    token_files: list[str] = plan.get("token_files") or [""]
+
+    def token_of(i: int) -> str:
+        return tokens[(first + i) % len(tokens)]
+
     counts = {"window": 0, "all": 0, "errors": 0}
     first_error: list[str] = []
     lock = threading.Lock()
@@ -194,13 +208,15 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
         from multikafka.v1 import planner_pb2, planner_pb2_grpc
 
         try:
-            resolver = PlannerClient(address)
+            resolver = PlannerClient(ConnectConfig.parse(address, token=token_of(i)))
             latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
             start = ov.to_columns(resolver.resolve(STREAM, latest)[0])
             resolver.close()
             channel = grpc.insecure_channel(address)
             outbox: queue.SimpleQueue[planner_pb2.LatestOffsetsRequest | None] = queue.SimpleQueue()
-            call = planner_pb2_grpc.PlannerStub(channel).LatestOffsetsStream(iter(outbox.get, None))
+            call = planner_pb2_grpc.PlannerStub(channel).LatestOffsetsStream(
+                iter(outbox.get, None), metadata=bearer(token_of(i))
+            )
         except Exception as exc:
             failed(exc)
             ready.release()
@@ -234,6 +250,11 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
                 "stream": STREAM,
                 "startingOffsets": "latest",
                 "queryId": f"load-{first + i}",
+                **(
+                    {"coordinatorTokenFile": token_files[(first + i) % len(token_files)]}
+                    if token_files[0]
+                    else {}
+                ),
             },
             streaming=True,
             parallelism=2,
@@ -386,11 +407,15 @@ def run_load(
     idle_cpu_s_per_s: float,
     mode: str = "source",
     spy_to: Path | None = None,
+    tokens: tuple[list[str], list[str]] | None = None,
 ) -> dict[str, Any]:
     """N queries for a warm-up and a window; the coordinator's CPU per
-    trigger and the clients' wall times."""
+    trigger and the clients' wall times. ``tokens``: the queries' tokens
+    and files holding them (spread over the queries)."""
     workers = max(1, min(args.workers, n))
-    plan = {"trigger_s": args.trigger, "queries": n, "mode": mode}
+    plan: dict[str, Any] = {"trigger_s": args.trigger, "queries": n, "mode": mode}
+    if tokens is not None:
+        plan["tokens"], plan["token_files"] = tokens
     procs = []
     first = 0
     for w in range(workers):
@@ -604,6 +629,38 @@ def print_summary(result: dict[str, Any]) -> None:
             f"per message (event loop {f['loop_cpu_ms_per_trigger']:.2f}), p99 {f['p99_ms']:.1f} ms"
         )
     console.print(f"idle coordinator: {result['idle_cpu_s_per_s']:.1%} of a core")
+    if result.get("access"):
+        table = Table(title=f"access policy of {result['config']['access_principals']} principals")
+        for col in (
+            "queries",
+            "CPU ms/trigger, none",
+            "with policy",
+            "ratio",
+            "above idle, none",
+            "with policy",
+            "ratio",
+            "errors",
+        ):
+            table.add_column(col, justify="right")
+        for a in result["access"]:
+            table.add_row(
+                f"{a['queries']:,}",
+                f"{a['none_cpu_ms_per_trigger']:.3f}",
+                f"{a['policy_cpu_ms_per_trigger']:.3f}",
+                f"{a['cpu_ratio']:.3f}",
+                f"{a['none_net_cpu_ms_per_trigger']:.3f}",
+                f"{a['policy_net_cpu_ms_per_trigger']:.3f}",
+                f"{a['net_cpu_ratio']:.3f}",
+                f"{a['none_errors']}/{a['policy_errors']}",
+            )
+        console.print(table)
+        call = result.get("access_call")
+        if call:
+            console.print(
+                "access control's own work per Planner call, in-process: "
+                f"{call['us_per_call']:.2f} us of CPU ({call['calls']:,} calls, "
+                f"{result['config']['access_principals']} principals)"
+            )
     if "handler" in result:
         console.print(
             f"in-process, no gRPC: {result['handler']['us_per_call']:.0f} us of CPU per "
@@ -648,6 +705,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--watermark-max-age", type=float, default=0.1, help="the coordinator's option (s)"
     )
+    parser.add_argument(
+        "--access",
+        action="store_true",
+        help="each N also against a coordinator with an access policy (and without, alternating)",
+    )
+    parser.add_argument("--access-rounds", type=int, default=2, help="runs of each, alternating")
+    parser.add_argument("--principals", type=int, default=50, help="principals in that policy")
     parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     counts = sorted(int(x) for x in args.queries.split(",") if x.strip())
@@ -666,12 +730,16 @@ def main(argv: list[str] | None = None) -> int:
             "records_per_s": RATE,
             "watermark_max_age_s": args.watermark_max_age,
             "client": args.client,
+            "access_principals": args.principals if args.access else 0,
+            "access_rounds": args.access_rounds if args.access else 0,
         },
         "runs": [],
         "floor": [],
         "echo": [],
         # The Planner alone, its calls as far apart as N queries' are.
         "handler_spaced": [],
+        # --access: per N, the runs without and with a policy.
+        "access": [],
     }
     console.rule("[bold]multikafka planner load")
     work = Path(tempfile.mkdtemp(prefix="multikafka-load-"))
@@ -690,6 +758,12 @@ def main(argv: list[str] | None = None) -> int:
             _put_stream(child.address, clusters)
             progress.update(task, description="idle", note="baseline")
             idle = result["idle_cpu_s_per_s"] = idle_cpu(child, args.seconds)
+            guarded: LineChild | None = None
+            if args.access:
+                guarded, tokens = _guarded_child(etcd_url, clusters, work, args.principals)
+                cleanup.callback(guarded.stop)
+                result["access_call"] = access_call_cost(work / "policy.yaml", tokens[0])
+                guarded_idle = result["access_idle_cpu_s_per_s"] = idle_cpu(guarded, args.seconds)
             echo = LineChild(
                 [sys.executable, "-m", "benchmarks.planner_load", "echo"],
                 work / "echo.log",
@@ -711,6 +785,17 @@ def main(argv: list[str] | None = None) -> int:
                 if args.profile and n == counts[-1]:
                     prof = OUT_DIR / "planner_load.prof"
                     result["profile_top"] = child.ask(f"profile-stop {prof}")
+                if guarded is not None:
+                    progress.update(task, note="with and without an access policy")
+                    runs: dict[str, list[dict[str, Any]]] = {"none": [], "policy": []}
+                    for _ in range(args.access_rounds):
+                        runs["none"].append(run_load(child, n, args, work, idle, args.client))
+                        runs["policy"].append(
+                            run_load(
+                                guarded, n, args, work, guarded_idle, args.client, tokens=tokens
+                            )
+                        )
+                    result["access"].append(_access_summary(n, runs))
                 if n >= SPACED_FROM:
                     progress.update(task, note="in-process Planner calls, spaced")
                     result["handler_spaced"].append(
@@ -736,15 +821,118 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _put_stream(address: str, clusters: dict[str, tuple[str, list[str]]]) -> None:
+def _guarded_child(
+    etcd_url: str, clusters: dict[str, tuple[str, list[str]]], work: Path, principals: int
+) -> tuple[LineChild, tuple[list[str], list[str]]]:
+    """A second coordinator (prefix ``/load-access``) with a policy of
+    ``principals`` readers (each of ``team-<i>-*`` and of the stream) and an
+    admin; returns it and the readers' tokens and token files."""
+    import secrets
+
+    from multikafka.coordinator.access import token_sha256
+    from multikafka.core import env
+
+    tokens = [f"team-{i}-{secrets.token_hex(16)}" for i in range(principals)]
+    admin = secrets.token_hex(16)
+    files = []
+    lines = ["principals:", f'  platform: {{token_sha256: "{token_sha256(admin)}"}}']
+    grants = ["grants:", "  - {principal: platform, role: admin}"]
+    for i, token in enumerate(tokens):
+        lines.append(f'  team-{i}: {{token_sha256: "{token_sha256(token)}"}}')
+        grants.append(
+            f'  - {{principal: team-{i}, role: reader, streams: ["team-{i}-*", "{STREAM}"]}}'
+        )
+        path = work / f"team-{i}.token"
+        path.write_text(token)
+        files.append(str(path))
+    policy = work / "policy.yaml"
+    policy.write_text("\n".join(lines + grants) + "\n")
+    os.environ[env.ACCESS_POLICY] = str(policy)
+    try:
+        child = CoordinatorChild(etcd_url, "/load-access", fake=False, log=work / "guarded.log")
+    finally:
+        del os.environ[env.ACCESS_POLICY]
+    _put_stream(child.address, clusters, token=admin)
+    return child, (tokens, files)
+
+
+def access_call_cost(policy: Path, tokens: list[str], calls: int = 50_000) -> dict[str, float]:
+    """CPU per call of what access control adds to a Planner call, in this
+    process with the product's classes and the benchmark's policy: the
+    interceptor's identification (header, SHA-256, the policy's lookup,
+    the method's rule) and the service's per-stream decision; a token of
+    each principal in turn."""
+    from multikafka.coordinator.access import AccessControl, Caller, Role
+    from multikafka.coordinator.api.auth import RULES, AuthInterceptor
+
+    access = AccessControl(str(policy))
+    access.load()
+    interceptor = AuthInterceptor(access, mtls=False)
+    method = "/multikafka.v1.Planner/LatestOffsets"
+    rule = RULES[method]
+
+    class Context:
+        def __init__(self, token: str) -> None:
+            self.metadata = (("user-agent", "grpc-python"), ("authorization", f"Bearer {token}"))
+
+        def invocation_metadata(self) -> Any:
+            return self.metadata
+
+    contexts = [Context(t) for t in tokens]
+
+    def run(n: int) -> None:
+        for i in range(n):
+            context = contexts[i % len(contexts)]
+            caller: Caller = interceptor._caller(context, method, rule)  # type: ignore[arg-type]
+            caller.require(Role.READER, STREAM)
+
+    run(1000)  # warm: every principal's rights made once
+    t0 = time.process_time()
+    run(calls)
+    cpu = time.process_time() - t0
+    return {"calls": calls, "us_per_call": cpu / calls * 1e6}
+
+
+def _access_summary(n: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Median CPU per trigger without and with the policy, and their ratio."""
+
+    def median(rows: list[dict[str, Any]], key: str) -> float:
+        values = sorted(r[key] for r in rows)
+        return (
+            values[len(values) // 2]
+            if len(values) % 2
+            else sum(values[len(values) // 2 - 1 : len(values) // 2 + 1]) / 2
+        )
+
+    out: dict[str, Any] = {"queries": n, "runs": runs}
+    for kind, rows in runs.items():
+        for key in (
+            "cpu_ms_per_trigger",
+            "net_cpu_ms_per_trigger",
+            "loop_cpu_ms_per_trigger",
+            "p99_ms",
+            "triggers_per_s",
+        ):
+            out[f"{kind}_{key}"] = median(rows, key)
+        out[f"{kind}_errors"] = sum(r["errors"] for r in rows)
+        out[f"{kind}_saturated"] = any(r["saturated"] for r in rows)
+    out["cpu_ratio"] = out["policy_cpu_ms_per_trigger"] / max(out["none_cpu_ms_per_trigger"], 1e-9)
+    out["net_cpu_ratio"] = out["policy_net_cpu_ms_per_trigger"] / max(
+        out["none_net_cpu_ms_per_trigger"], 1e-9
+    )
+    return out
+
+
+def _put_stream(address: str, clusters: dict[str, tuple[str, list[str]]], token: str = "") -> None:
     from multikafka.core.admin_client import AdminClient
     from multikafka.core.planner_client import PlannerClient
+    from multikafka.core.transport import ConnectConfig
     from multikafka.devstack.stack import stream_doc
     from multikafka.v1 import planner_pb2
 
-    with AdminClient(address) as admin:
+    with AdminClient(ConnectConfig.parse(address, token=token)) as admin:
         admin.put_stream(stream_doc(STREAM, clusters))
-    planner = PlannerClient(address)
+    planner = PlannerClient(ConnectConfig.parse(address, token=token))
     latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
     splits = len(CLUSTERS) * TOPICS * PARTITIONS
     try:

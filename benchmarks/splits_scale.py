@@ -151,12 +151,15 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
     from multikafka.coordinator import Coordinator, CoordinatorConfig, EtcdEndpoint
     from multikafka.coordinator.cli import settle_heap
     from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
+    from multikafka.core import env
 
     quiet_logs()
     config = CoordinatorConfig(
         etcd=EtcdEndpoint.parse(etcd_url),
         etcd_prefix=prefix,
         listen="127.0.0.1:0",
+        # benchmarks.planner_load --access: a policy of many principals
+        access_policy=env.get(env.ACCESS_POLICY),
         # Rediscovering 1,000 topics every 5 s would land in the calls' CPU.
         discovery_interval_s=300.0,
         # benchmarks.planner_load --watermark-max-age

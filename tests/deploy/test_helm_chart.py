@@ -353,7 +353,8 @@ def test_schema_is_draft_07_and_closes_every_object_the_chart_defines() -> None:
     jsonschema.Draft7Validator.check_schema(schema)
     closed = dict(_closed_objects(schema, schema))
     for path in ("", "image", "etcd", "etcd.external", "etcd.external.tls", "etcd.external.auth",
-                 "etcd.embedded.persistence", "adminToken", "readerToken", "tls", "tls.clientCA",
+                 "etcd.embedded.persistence", "adminToken", "readerToken", "access",
+                 "access.policy", "tls", "tls.clientCA",
                  "podDisruptionBudget", "leaderElection", "service", "service.ports",
                  "containerPorts", "serviceMonitor", "metrics", "livenessProbe"):  # fmt: skip
         assert path in closed, path
@@ -397,6 +398,11 @@ def test_schema_covers_every_value_and_accepts_the_shipped_files() -> None:
         ({"leaderElection": {"leaseTTLSeconds": 0}}, "/leaderElection/leaseTTLSeconds"),
         ({"etcd": {"external": {"endpoints": ["etcd:2379"]}}}, "/etcd/external/endpoints/0"),
         ({"livenessProbe": {"httpGet": {"path": "/"}}}, "'httpGet'"),
+        ({"access": {"policy": {"file": "x"}}}, "'file'"),
+        (
+            {"extraSecretMounts": [{"name": "x", "secretName": "x", "mountPath": "rel"}]},
+            "mountPath",
+        ),
     ],
 )
 def test_schema_refuses_wrong_values_naming_the_key(
@@ -739,6 +745,45 @@ def test_tokens_from_existing_secrets(render: Render) -> None:
     assert READER_TOKEN not in both.text
 
 
+PLATFORM_SHA256 = "b5bb9d8014a0f9b1d61e21e796d78dccdf1352f23cd32812f4850b878ae4944c"
+POLICY = (
+    f'principals: {{platform: {{token_sha256: "{PLATFORM_SHA256}"}}}}\n'
+    "grants: [{principal: platform, role: admin}]\n"
+)
+
+
+def test_the_access_policy_comes_from_a_secret_or_a_configmap_and_is_reread_live(
+    render: Render,
+) -> None:
+    from_secret = render({"access": {"policy": {"existingSecret": "team-policy"}}})
+    assert from_secret.mounted_file("MULTIKAFKA_ACCESS_POLICY") == ("team-policy", "policy.yaml")
+    # No checksum of it rolls the pods: every replica re-reads the file.
+    assert "annotations" not in from_secret.pod["metadata"]
+    inline = render({"access": {"policy": {"value": POLICY}}})
+    (cm,) = inline.of_kind("ConfigMap")
+    assert cm["data"]["policy.yaml"].strip() == POLICY.strip()
+    (volume,) = [v for v in inline.pod["spec"]["volumes"] if v["name"] == "access-policy"]
+    assert volume["configMap"]["name"] == cm["metadata"]["name"]
+    assert inline.env["MULTIKAFKA_ACCESS_POLICY"]["value"] == "/etc/multikafka/access/policy.yaml"
+    (mount,) = [m for m in inline.container["volumeMounts"] if m["name"] == "access-policy"]
+    assert "subPath" not in mount
+    assert "MULTIKAFKA_ACCESS_POLICY" not in render({}).env
+
+
+def test_extra_secret_mounts_carry_kafka_credentials_named_by_reference(render: Render) -> None:
+    r = render(
+        {
+            "extraSecretMounts": [
+                {"name": "kafka-east", "secretName": "kafka-east", "mountPath": "/etc/kafka/east"}
+            ]
+        }
+    )
+    (mount,) = [m for m in r.container["volumeMounts"] if m["name"] == "kafka-east"]
+    assert mount == {"name": "kafka-east", "mountPath": "/etc/kafka/east", "readOnly": True}
+    (volume,) = [v for v in r.pod["spec"]["volumes"] if v["name"] == "kafka-east"]
+    assert volume["secret"] == {"secretName": "kafka-east", "defaultMode": 0o440}
+
+
 def test_no_token_configured_means_no_secret_and_no_file(render: Render) -> None:
     r = render({})
     assert not [n for n in r.env if "TOKEN" in n]
@@ -918,6 +963,7 @@ def test_deploy_doc_names_every_value() -> None:
     assert not missing, f"docs/deploy.md does not mention {missing}"
     for nested in ("etcd.external.tls.secretName", "etcd.external.auth.username",
                    "readerToken.existingSecret", "tls.clientCA.secretName",
+                   "access.policy.existingSecret", "extraSecretMounts",
                    "leaderElection.leaseTTLSeconds", "podDisruptionBudget.enabled"):  # fmt: skip
         assert f"`{nested}" in doc, nested
     assert "deploy/values-production.yaml" in doc

@@ -464,6 +464,8 @@ ALERTS = (
     "MultikafkaPartitionCountShrunk",
     "MultikafkaReconcileSlow",
     "MultikafkaMirrorSyncsStopped",
+    "MultikafkaAccessDeniedBurst",
+    "MultikafkaAccessPolicyRefused",
 )
 
 
@@ -865,6 +867,32 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                 {**WARNING, "stream": "s", "cluster": "west", "topic": "t", "partition": "0"},
                 {**WARNING, "stream": "s", "cluster": "west", "topic": "t", "partition": "3"},
             ),
+        ],
+    },
+    "denied: a burst of refusals to one service, not a trickle": {
+        "input_series": [
+            # 20 refusals a minute at the Planner: 100 in 5 minutes.
+            _series(
+                "multikafka_denied_total", "0+20x30", instance="a", role="reader", service="Planner"
+            ),
+            # One a minute at the Admin service: 5 in 5 minutes.
+            _series(
+                "multikafka_denied_total", "0+1x30", instance="a", role="operator", service="Admin"
+            ),
+        ],
+        "alert_rule_test": [
+            _alert("MultikafkaAccessDeniedBurst", "4m"),  # pending: for 5m
+            _alert("MultikafkaAccessDeniedBurst", "12m", {**WARNING, "service": "Planner"}),
+        ],
+    },
+    "policy refused: one replica's file, for long enough": {
+        "input_series": [
+            _series("multikafka_access_policy_valid", "1x3 0x20", instance="a"),
+            _series("multikafka_access_policy_valid", "1x30", instance="b"),
+        ],
+        "alert_rule_test": [
+            _alert("MultikafkaAccessPolicyRefused", "5m"),  # pending: for 5m
+            _alert("MultikafkaAccessPolicyRefused", "12m", {**WARNING, "instance": "a"}),
         ],
     },
 }

@@ -149,13 +149,16 @@ def test_query_without_the_reader_token_is_refused(
     assert "coordinatorTokenFile" in message
     assert s.secret not in message
 
-    # The admin token is not a reader token.
-    options = {**s.tls_options(token=False), "coordinatorTokenFile": str(s.admin_token_file)}
+    # A token the coordinator does not know.
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("not-a-token-of-this-coordinator")
+    options = {**s.tls_options(token=False), "coordinatorTokenFile": str(wrong)}
     with pytest.raises(PySparkException) as denied:
         run_available_now(spark, s.address, s.stream, tmp_path / "admin", **options)
     message = str(denied.value)
-    assert "PermissionDeniedError" in message or "PERMISSION_DENIED" in message, message
-    assert "not the reader token" in message
+    assert "AuthenticationError" in message or "UNAUTHENTICATED" in message, message
+    assert "not known to this coordinator" in message
+    assert "not-a-token-of-this-coordinator" not in message
     for leaked in (s.secret, s.admin_token, s.reader_token):
         assert leaked not in message
     assert sink_keys(spark, tmp_path / "none") == []

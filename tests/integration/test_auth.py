@@ -1,9 +1,11 @@
 """TLS and credentials on the coordinator's gRPC endpoints (real etcd, tansu,
-in-process coordinators serving TLS with certificates made here).
+in-process coordinators serving TLS with certificates made here), with the
+token files alone (the access policy of two teams: tests/integration/test_access.py).
 
-* Admin service: the admin token; Planner and Reader services: the reader
-  token, or a client certificate under mutual TLS. No credential gives
-  UNAUTHENTICATED, a wrong one PERMISSION_DENIED.
+* The admin token is an admin (every service); the reader token, or a
+  client certificate under mutual TLS, a reader of every stream (Planner
+  and Reader services). No credential, or one the coordinator does not
+  know, gives UNAUTHENTICATED; a role not held PERMISSION_DENIED.
 * Cluster secrets (``sasl.password``) reach only an authenticated reader's
   PlanPartitions, and no admin answer, error or log record.
 """
@@ -115,17 +117,20 @@ def test_admin_over_tls_needs_the_admin_token(secure: Secure, kafka: KafkaCluste
 
     with secure.admin(token="") as anonymous:
         message = _refused(anonymous.list_streams, UNAUTHENTICATED)
-        assert "admin token" in message
+        assert "admin or operator token" in message
         assert "--token-file" in message
-    for wrong in (secure.reader_token, new_token("random")):
+    for wrong, code, why in (
+        (secure.reader_token, PERMISSION_DENIED, "needs the operator role"),
+        (new_token("random"), UNAUTHENTICATED, "not known to this coordinator"),
+    ):
         with secure.admin(token=wrong) as admin:
-            message = _refused(admin.list_streams, PERMISSION_DENIED)
-            assert "not the admin token" in message
+            message = _refused(admin.list_streams, code)
+            assert why in message
             assert wrong not in message
             assert secure.admin_token not in message
         # Refused before any work: a write with a wrong token changes nothing.
         with secure.admin(token=wrong) as admin:
-            _refused(lambda: admin.delete_stream(name), PERMISSION_DENIED)
+            _refused(lambda: admin.delete_stream(name), code)
     # The CA as a file, the way AdminClient takes it too.
     with AdminClient(
         secure.address, token=secure.admin_token, tls_ca=str(secure.certs.ca.cert_path)
@@ -165,16 +170,16 @@ def test_admin_cli_over_tls_with_token_file_and_env(secure: Secure, tmp_path: Pa
     # No token, a wrong one, the reader token.
     code, out = _cli(*base, "status")
     assert code == 1
-    assert "admin calls need 'authorization: Bearer <token>'" in out
+    assert "needs 'authorization: Bearer <token>'" in out
     wrong = tmp_path / "wrong.token"
     wrong.write_text(new_token("random"))
-    for token_file, token in (
-        (wrong, wrong.read_text()),
-        (secure.reader_token_file, secure.reader_token),
+    for token_file, token, why in (
+        (wrong, wrong.read_text(), "not known to this coordinator"),
+        (secure.reader_token_file, secure.reader_token, "needs the operator role"),
     ):
         code, out = _cli(*base[:4], "--token-file", str(token_file), "status")
         assert code == 1
-        assert "not the admin token" in out
+        assert why in out
         assert token not in out
         assert secure.admin_token not in out
 
@@ -260,18 +265,12 @@ def test_clients_follow_the_leader_over_tls(
 # -- Planner and Reader services ---------------------------------------------------
 
 
-def test_planner_and_reader_services_need_the_reader_token(
-    secure: Secure, kafka: KafkaClusters
-) -> None:
+def test_planner_and_reader_services_need_a_reader(secure: Secure, kafka: KafkaClusters) -> None:
     (a,) = kafka.shared(1)
     with secure.admin() as admin:
         name, topic, _ = seed(admin, a.bootstrap)
 
-    for token, code in (
-        ("", UNAUTHENTICATED),
-        (secure.admin_token, PERMISSION_DENIED),
-        (new_token("random"), PERMISSION_DENIED),
-    ):
+    for token, code in (("", UNAUTHENTICATED), (new_token("random"), UNAUTHENTICATED)):
         planner = secure.planner(token=token)
         try:
             # A unary call, and LatestOffsets (over the stream a query keeps open).
@@ -282,16 +281,21 @@ def test_planner_and_reader_services_need_the_reader_token(
                 ),
             ):
                 message = _refused(call, code)
-                if code == UNAUTHENTICATED:
-                    assert "reader token" in message
-                    assert "coordinatorTokenFile" in message
-                else:
-                    assert "not the reader token" in message
+                assert "reader token" in message
+                assert "coordinatorTokenFile" in message
+                if token:
+                    assert "not known to this coordinator" in message
                 assert token not in message or not token
                 assert secure.reader_token not in message
         finally:
             planner.close()
 
+    # The admin token is an admin: it may read too.
+    planner = secure.planner(token=secure.admin_token)
+    try:
+        assert planner.resolve(name, EARLIEST)[0] == {f"a/{topic}/0": 0, f"a/{topic}/1": 0}
+    finally:
+        planner.close()
     planner = secure.planner()
     try:
         earliest, _ = planner.resolve(name, EARLIEST)
@@ -312,8 +316,8 @@ def test_planner_and_reader_services_need_the_reader_token(
         register = reader_pb2.RegisterRequest(agent_id="intruder", host="h", pid=1)
         _raw_refused(lambda: stub.Register(register, timeout=5), UNAUTHENTICATED)
         _raw_refused(
-            lambda: stub.Register(register, metadata=bearer(secure.admin_token), timeout=5),
-            PERMISSION_DENIED,
+            lambda: stub.Register(register, metadata=bearer(new_token("random")), timeout=5),
+            UNAUTHENTICATED,
         )
         subscribe = reader_pb2.SubscribeRequest(agent_id="intruder")
         _raw_refused(lambda: list(stub.Subscribe(subscribe, timeout=5)), UNAUTHENTICATED)
@@ -321,7 +325,7 @@ def test_planner_and_reader_services_need_the_reader_token(
             lambda: list(
                 stub.Subscribe(subscribe, metadata=bearer(new_token("random")), timeout=5)
             ),
-            PERMISSION_DENIED,
+            UNAUTHENTICATED,
         )
         report = reader_pb2.ReportReadsRequest(agent_id="intruder", stream=name, query_id="q")
         report.marks.add(split=f"a/{topic}/0", last_offset=5, last_timestamp_ms=1)
@@ -329,8 +333,8 @@ def test_planner_and_reader_services_need_the_reader_token(
         ack = reader_pb2.AckRequest(agent_id="intruder", applied_generation=1)
         _raw_refused(lambda: stub.Acknowledge(iter([ack]), timeout=5), UNAUTHENTICATED)
         _raw_refused(
-            lambda: stub.Acknowledge(iter([ack]), metadata=bearer(secure.admin_token), timeout=5),
-            PERMISSION_DENIED,
+            lambda: stub.Acknowledge(iter([ack]), metadata=bearer("Bearer"), timeout=5),
+            UNAUTHENTICATED,
         )
         stub.Register(register, metadata=bearer(secure.reader_token), timeout=5)
     finally:
@@ -427,7 +431,7 @@ def test_cluster_secret_reaches_only_the_authenticated_reader(
             with pytest.raises(ValidationError) as info:
                 admin.put_stream(document)
             seen.append(str(info.value))
-    for token in ("", s.admin_token, new_token("random")):
+    for token in ("", new_token("random")):
         planner = s.planner(token=token)
         try:
             with pytest.raises(MultikafkaError) as refused:
@@ -482,9 +486,9 @@ def test_mutual_tls_client_certificate_authenticates_readers(
         finally:
             planner.close()
 
-    # Admin calls still need the admin token, certificate or not.
+    # Admin calls still need the admin token: the certificate proves a reader.
     with s.admin(token="", client="client") as admin:
-        _refused(admin.list_streams, UNAUTHENTICATED)
+        _refused(admin.list_streams, PERMISSION_DENIED)
     with s.admin(token=s.reader_token, client="client") as admin:
         _refused(admin.list_streams, PERMISSION_DENIED)
     with s.admin(client="client") as admin:
@@ -547,7 +551,7 @@ def test_reader_agent_link_over_tls_with_the_reader_token(
     # An agent with a wrong token, started first: it never gets in.
     intruder = ReaderAgent(heartbeat_interval_s=0.5)
     agents.append(intruder)
-    intruder.connect(secure.connect(secure.admin_token))
+    intruder.connect(secure.connect(new_token("intruder")))
     agent = ReaderAgent(heartbeat_interval_s=0.5)
     agents.append(agent)
     agent.connect(secure.connect(secure.reader_token))
@@ -601,7 +605,7 @@ def test_reader_agent_link_over_tls_with_the_reader_token(
         assert intruder.agent_id not in {r.agent_id for r in admin.readers()}
         assert intruder.applied_generation == 0
     # The agents' logs (the intruder's refusals included) hold no secret.
-    eventually(lambda: "PERMISSION_DENIED" in _logged(caplog.records), timeout_s=15)
+    eventually(lambda: "UNAUTHENTICATED" in _logged(caplog.records), timeout_s=15)
     logged = _logged(caplog.records)
     for leaked in (secret, secure.admin_token, secure.reader_token):
         assert leaked not in logged

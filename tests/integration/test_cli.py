@@ -244,7 +244,7 @@ def test_cli_token(make_coordinator: object, tmp_path: Path) -> None:
     assert code == 0
     code, out = _admin(coord, "streams", "list", token_file=wrong)
     assert code == 1
-    assert "not the admin token" in out
+    assert "not known to this coordinator" in out
     assert "not-it" not in out
     # a token on the command line is not accepted any more (it shows in `ps`)
     result = run_admin_cli(

@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
+from multikafka.coordinator.access import AccessControl
 from multikafka.coordinator.api.auth import AuthInterceptor
 from multikafka.coordinator.api.rpc import ParseInterceptor
 from multikafka.coordinator.config import CoordinatorConfig
@@ -56,8 +57,9 @@ async def test_a_methods_handler_is_wrapped_once_and_refuses_what_does_not_parse
         (CoordinatorConfig(), False),
         (CoordinatorConfig(reader_token="r"), True),
         (CoordinatorConfig(admin_token="a"), True),
+        (CoordinatorConfig(access_policy="/nowhere/policy.yaml"), True),
     ],
-    ids=["no token", "reader token", "admin token"],
+    ids=["no token", "reader token", "admin token", "access policy"],
 )
 async def test_auth_is_checked_only_when_a_token_is_set(
     config: CoordinatorConfig, checks: bool, monkeypatch: pytest.MonkeyPatch
@@ -77,6 +79,11 @@ async def test_auth_is_checked_only_when_a_token_is_set(
             reports=None,  # type: ignore[arg-type]
             replica=None,  # type: ignore[arg-type]
             store=None,  # type: ignore[arg-type]
+            access=AccessControl(
+                config.access_policy,
+                admin_token=config.admin_token,
+                reader_token=config.reader_token,
+            ),
         )
     (interceptors,) = seen
     assert any(isinstance(i, AuthInterceptor) for i in interceptors) is checks

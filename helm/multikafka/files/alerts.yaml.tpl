@@ -304,3 +304,35 @@ groups:
             re-reads that many records, or falls back to timestamp.
           runbook_url: "{{ $runbook }}multikafkamirrorsyncsstopped"
 {{- end }}{{ end }}
+{{- with $a.accessDeniedBurst }}{{ if .enabled }}
+      - alert: MultikafkaAccessDeniedBurst
+        expr: |-
+          sum by (namespace, job, service) (increase(multikafka_denied_total{{ $sel }}[{{ .window }}])) > {{ .threshold | int64 }}
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $p.alertLabels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: "Many calls to the multikafka {{ "{{ $labels.service }}" }} service are refused"
+          description: >-
+            {{ $value }} calls to the {{ "{{ $labels.service }}" }} service were refused by access
+            control in {{ .window }} (more than {{ .threshold | int64 }}): a job with a revoked or
+            wrong token, a grant missing after a policy change, or someone trying tokens.
+          runbook_url: "{{ $runbook }}multikafkaaccessdeniedburst"
+{{- end }}{{ end }}
+{{- with $a.accessPolicyRefused }}{{ if .enabled }}
+      - alert: MultikafkaAccessPolicyRefused
+        expr: |-
+          min by (namespace, job, instance) (multikafka_access_policy_valid{{ $sel }}) == 0
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $p.alertLabels }}{{ toYaml . | nindent 10 }}{{ end }}
+        annotations:
+          summary: "The access policy file on {{ $instance }} is refused"
+          description: >-
+            {{ $instance }} refused the access policy file in place for {{ .for }}: it keeps
+            the last good policy (or, if it never had one, refuses every call). Its log names
+            the line and the reason.
+          runbook_url: "{{ $runbook }}multikafkaaccesspolicyrefused"
+{{- end }}{{ end }}

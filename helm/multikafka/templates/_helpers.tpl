@@ -193,3 +193,19 @@ podAntiAffinity:
             {{- include "multikafka.selectorLabels" . | nindent 12 }}
 {{- end }}
 {{- end }}
+
+{{/*
+Where the access policy comes from: "secret/<name>/<key>", "configMap/<name>/<key>"
+(the chart's own for access.policy.value), or "".
+*/}}
+{{- define "multikafka.accessPolicy.ref" -}}
+{{- $p := .Values.access.policy }}
+{{- $key := $p.existingSecretKey | default "policy.yaml" }}
+{{- if $p.existingSecret }}
+{{- printf "secret/%s/%s" $p.existingSecret $key }}
+{{- else if $p.existingConfigMap }}
+{{- printf "configMap/%s/%s" $p.existingConfigMap $key }}
+{{- else if $p.value }}
+{{- printf "configMap/%s-access-policy/policy.yaml" (include "multikafka.fullname" .) }}
+{{- end }}
+{{- end }}

@@ -293,11 +293,11 @@ def streams_history(ctx: Ctx, name: str, limit: int) -> None:
 
     def render(entries: list[admin_pb2.HistoryEntry]) -> None:
         table = Table(title=f"history of {name}")
-        for col in ("time", "generation", "kind", "cluster", "detail"):
+        for col in ("time", "generation", "kind", "cluster", "detail", "by"):
             table.add_column(col)
         for e in entries:
             when = time.strftime("%H:%M:%S", time.localtime(e.time_ms / 1000))
-            table.add_row(when, str(e.generation), e.kind, e.cluster, e.detail)
+            table.add_row(when, str(e.generation), e.kind, e.cluster, e.detail, e.principal)
         console.print(table)
 
     ctx.emit(run(lambda: ctx.client.history(name, limit)), render)
@@ -493,6 +493,31 @@ def queries_list(ctx: Ctx) -> None:
         console.print(table)
 
     ctx.emit(run(ctx.client.queries), render)
+
+
+@admin_group.command("grants")
+@pass_ctx
+def grants(ctx: Ctx) -> None:
+    """Who the caller is and its grants (an admin: every principal's), from
+    the access policy in force."""
+
+    def render(g: admin_pb2.ListGrantsResponse) -> None:
+        console.print(f"you are [bold]{g.caller or 'anonymous (no access control)'}[/bold]")
+        if g.problem:
+            console.print(f"[red]the policy file in place is refused[/red]: {g.problem}")
+        table = Table(title=f"grants ({g.source or 'token files'})")
+        for col in ("principal", "role", "streams", "references"):
+            table.add_column(col)
+        for grant in g.grants:
+            table.add_row(
+                grant.principal,
+                grant.role,
+                ", ".join(grant.streams) or "(every stream)",
+                ", ".join(grant.references),
+            )
+        console.print(table)
+
+    ctx.emit(run(ctx.client.grants), render)
 
 
 @admin_group.command("status")

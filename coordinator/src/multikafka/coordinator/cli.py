@@ -57,6 +57,12 @@ _FILE = click.Path(exists=True, dir_okay=False)
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help=f"file holding the token planner and reader calls need [or env {env.READER_TOKEN}, {env.READER_TOKEN_FILE}]",
 )
+@click.option(
+    "--access-policy",
+    type=click.Path(dir_okay=False),
+    help="YAML or JSON file of principals and their grants per stream glob, re-read when "
+    f"it changes (docs/deploy.md) [env {env.ACCESS_POLICY}]",
+)
 @click.option("--tls-cert", type=_FILE, help=f"server certificate (TLS) [env {env.TLS_CERT}]")
 @click.option("--tls-key", type=_FILE, help=f"its key [env {env.TLS_KEY}]")
 @click.option(
@@ -98,6 +104,7 @@ def coordinator_command(
     metrics_listen: str | None,
     admin_token_file: Path | None,
     reader_token_file: Path | None,
+    access_policy: str | None,
     tls_cert: str | None,
     tls_key: str | None,
     tls_client_ca: str | None,
@@ -127,6 +134,7 @@ def coordinator_command(
             reader_token=env.read_secret(str(reader_token_file), "--reader-token-file")
             if reader_token_file
             else None,
+            access_policy=access_policy,
             tls=tls_files(tls_cert, tls_key, tls_client_ca),
             lease_ttl_s=lease_ttl,
             discovery_interval_s=discovery_interval,

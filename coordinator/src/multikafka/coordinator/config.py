@@ -106,6 +106,13 @@ class CoordinatorConfig:
     #: Bearer token the Planner and Reader services require (they hand out
     #: cluster connection settings); empty: none, unless client certificates.
     reader_token: str = field(default="", repr=False)
+    #: The access policy file (YAML or JSON: principals and their grants per
+    #: stream glob), re-read when it changes; empty: the tokens above alone
+    #: (an admin, and a reader of every stream). See docs/deploy.md.
+    access_policy: str = ""
+    #: How often the access policy file is looked at (seconds): a change
+    #: (a rotated token, a revoked grant) is in force within this.
+    access_policy_interval_s: float = 1.0
     #: Serve gRPC over TLS with these files (``None``: plaintext).
     tls: TlsFiles | None = None
     #: Seconds the leader's etcd lease lives without a renewal: a dead
@@ -153,7 +160,13 @@ class CoordinatorConfig:
         """Whether Planner and Reader callers prove they are readers (the
         reader token or a client certificate): only then do task plans carry
         the clusters' secrets."""
-        return bool(self.reader_token) or self.mtls
+        return bool(self.reader_token) or self.mtls or bool(self.access_policy)
+
+    @property
+    def access_checked(self) -> bool:
+        """Whether calls are checked (an access policy, a token or client
+        certificates); without any, every call is served."""
+        return bool(self.access_policy or self.admin_token or self.reader_token or self.mtls)
 
     def advertised(self, port: int) -> str:
         """The address clients are told to use for this replica."""
@@ -180,6 +193,7 @@ class CoordinatorConfig:
             ("listen", env.LISTEN),
             ("advertise", env.ADVERTISE),
             ("metrics_listen", env.METRICS_LISTEN),
+            ("access_policy", env.ACCESS_POLICY),
         ):
             if env.get(variable):
                 values[name] = env.get(variable)

@@ -154,6 +154,25 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=r,
         )
+        self.denied = Counter(
+            "multikafka_denied",
+            "Calls refused by access control: no or an unknown credential "
+            "(role: the role the call needed), or a role not granted on the stream.",
+            ["role", "service"],
+            registry=r,
+        )
+        self.policy_reloads = Counter(
+            "multikafka_access_policy_reloads",
+            "Access policy files read: loaded, or refused (the last good one stays).",
+            ["outcome"],
+            registry=r,
+        )
+        self.policy_valid = Gauge(
+            "multikafka_access_policy_valid",
+            "1 while the access policy file in place is the one in force, 0 while a "
+            "refused file waits to be fixed (or none was ever loaded: every call refused).",
+            registry=r,
+        )
         self.fenced_writes = Counter(
             "multikafka_fenced_writes",
             "Writes refused because this replica no longer leads (fencing).",

@@ -3,13 +3,17 @@
 Stream metadata carries client settings such as ``sasl.password``. They reach
 the clients that need them, and nothing else: ``repr``/``str`` redact them,
 admin responses redact them, logs never see them (FLINK-37304 is the bug this
-avoids).
+avoids). Better still, a secret is not held at all: a value that is only
+a ConfigProvider reference (:mod:`multikafka.core.references`) holds no
+secret, so it is shown as it is and may go to any reader.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
+
+from multikafka.core.references import is_reference
 
 #: What a secret value is replaced with in every output.
 REDACTED = "<redacted>"
@@ -23,6 +27,10 @@ _SECRET_KEY = re.compile(
 def is_secret(key: str) -> bool:
     """Whether the librdkafka property ``key`` holds a secret."""
     return bool(_SECRET_KEY.search(key))
+
+
+def _holds_secret(key: str, value: str) -> bool:
+    return is_secret(key) and not is_reference(value)
 
 
 class Properties(Mapping[str, str]):
@@ -59,11 +67,11 @@ class Properties(Mapping[str, str]):
 
     def redacted(self) -> dict[str, str]:
         """The settings with every secret value replaced by :data:`REDACTED`."""
-        return {k: (REDACTED if is_secret(k) else v) for k, v in self._items.items()}
+        return {k: (REDACTED if _holds_secret(k, v) else v) for k, v in self._items.items()}
 
     def has_secrets(self) -> bool:
-        """Whether any setting holds a secret."""
-        return any(is_secret(k) for k in self._items)
+        """Whether any setting holds a secret (a reference to one does not)."""
+        return any(_holds_secret(k, v) for k, v in self._items.items())
 
     def as_librdkafka_dict(self) -> dict[str, str]:
         """The real settings, for a librdkafka client. Never log the result."""

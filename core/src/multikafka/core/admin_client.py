@@ -142,6 +142,10 @@ class AdminClient:
             ).queries
         )
 
+    def grants(self) -> admin_pb2.ListGrantsResponse:
+        """Who the caller is, and its grants (an admin: everyone's)."""
+        return self._call("list grants", lambda s: s.ListGrants, admin_pb2.ListGrantsRequest())
+
     def status(self) -> admin_pb2.StatusResponse:
         """The role of the replica reached, the leader, etcd, the replicas."""
         return self._call("status", lambda s: s.Status, admin_pb2.StatusRequest())

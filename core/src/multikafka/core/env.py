@@ -45,6 +45,9 @@ ADMIN_TOKEN_FILE = "MULTIKAFKA_ADMIN_TOKEN_FILE"
 #: the standalone reader send it), or a file holding it.
 READER_TOKEN = "MULTIKAFKA_READER_TOKEN"
 READER_TOKEN_FILE = "MULTIKAFKA_READER_TOKEN_FILE"
+#: The coordinator's access policy file (principals, grants per stream glob),
+#: re-read when it changes.
+ACCESS_POLICY = "MULTIKAFKA_ACCESS_POLICY"
 #: Coordinator address(es) for the admin CLI and clients, comma-separated.
 COORDINATOR = "MULTIKAFKA_COORDINATOR"
 #: Log level of the CLI (``INFO`` by default).

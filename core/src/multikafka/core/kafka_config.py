@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from multikafka.core.model import Connection
+from multikafka.core.references import resolve_properties
 
 #: Group id of reader consumers: librdkafka needs one, we never join or commit with it.
 READER_GROUP_ID = "multikafka-reader"
@@ -53,9 +54,13 @@ def reads_committed(properties: Mapping[str, str], override: str = "") -> bool:
 
 def client_config(connection: Connection, defaults: Mapping[str, str]) -> ClientConfig:
     """librdkafka settings for ``connection``: our defaults, then the stream's
-    properties (which win), then the bootstrap servers."""
+    properties (which win; ConfigProvider references resolved here, where
+    the client runs: :mod:`multikafka.core.references`), then the bootstrap
+    servers. Never log the result."""
     config: ClientConfig = dict(defaults)
-    config.update(connection.properties.as_librdkafka_dict())
+    config.update(
+        resolve_properties(connection.cluster, connection.properties.as_librdkafka_dict())
+    )
     config["bootstrap.servers"] = connection.bootstrap_servers
     return config
 

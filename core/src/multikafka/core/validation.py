@@ -30,6 +30,7 @@ from multikafka.core.model import (
     StoppingPosition,
     StreamSpec,
 )
+from multikafka.core.references import check_references
 
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -341,6 +342,7 @@ def _parse_properties(value: object, field: str) -> Properties:
             props[key] = "true" if val else "false"
         elif isinstance(val, (str, int, float)):
             props[key] = _text(str(val), f"{field}.{key}", "value")
+            check_references(props[key], f"{field}.{key}")
         else:
             raise ValidationError(
                 f"{field}.{key}", f"must be a string, number or boolean, got {_type(val)}"

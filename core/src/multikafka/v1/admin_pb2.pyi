@@ -394,6 +394,7 @@ class HistoryEntry(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     time_ms: _builtins.int
     generation: _builtins.int
     kind: _builtins.str
@@ -402,6 +403,10 @@ class HistoryEntry(_message.Message):
     """
     cluster: _builtins.str
     detail: _builtins.str
+    principal: _builtins.str
+    """Who asked for it: the principal of an admin call (kind "request"); ""
+    for what the coordinator did by itself, or without access control.
+    """
     def __init__(
         self,
         *,
@@ -410,10 +415,11 @@ class HistoryEntry(_message.Message):
         kind: _builtins.str = ...,
         cluster: _builtins.str = ...,
         detail: _builtins.str = ...,
+        principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "detail", b"detail", "generation", b"generation", "kind", b"kind", "time_ms", b"time_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "detail", b"detail", "generation", b"generation", "kind", b"kind", "principal", b"principal", "time_ms", b"time_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -811,3 +817,85 @@ class StatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StatusResponse: _TypeAlias = StatusResponse  # noqa: Y015
+
+@_typing.final
+class ListGrantsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGrantsRequest: _TypeAlias = ListGrantsRequest  # noqa: Y015
+
+@_typing.final
+class GrantInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    STREAMS_FIELD_NUMBER: _builtins.int
+    REFERENCES_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    role: _builtins.str
+    """reader | operator | admin"""
+    @_builtins.property
+    def streams(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Stream globs (empty for admin: every stream)."""
+
+    @_builtins.property
+    def references(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Globs of the ConfigProvider references an operator's documents may use."""
+
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        role: _builtins.str = ...,
+        streams: _abc.Iterable[_builtins.str] | None = ...,
+        references: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal", "references", b"references", "role", b"role", "streams", b"streams"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GrantInfo: _TypeAlias = GrantInfo  # noqa: Y015
+
+@_typing.final
+class ListGrantsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLER_FIELD_NUMBER: _builtins.int
+    GRANTS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
+    caller: _builtins.str
+    """The principal(s) the caller proved ("" where nothing is checked)."""
+    source: _builtins.str
+    """Where the policy in force came from ("" for the token files alone)."""
+    problem: _builtins.str
+    """Why the policy file in place is not in force ("" while it is)."""
+    @_builtins.property
+    def grants(self) -> _containers.RepeatedCompositeFieldContainer[Global___GrantInfo]: ...
+    def __init__(
+        self,
+        *,
+        caller: _builtins.str = ...,
+        grants: _abc.Iterable[Global___GrantInfo] | None = ...,
+        source: _builtins.str = ...,
+        problem: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caller", b"caller", "grants", b"grants", "problem", b"problem", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGrantsResponse: _TypeAlias = ListGrantsResponse  # noqa: Y015

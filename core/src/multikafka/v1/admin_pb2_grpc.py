@@ -99,6 +99,11 @@ class AdminStub:
                 request_serializer=multikafka_dot_v1_dot_admin__pb2.StatusRequest.SerializeToString,
                 response_deserializer=multikafka_dot_v1_dot_admin__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.ListGrants = channel.unary_unary(
+                '/multikafka.v1.Admin/ListGrants',
+                request_serializer=multikafka_dot_v1_dot_admin__pb2.ListGrantsRequest.SerializeToString,
+                response_deserializer=multikafka_dot_v1_dot_admin__pb2.ListGrantsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -187,6 +192,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGrants(self, request, context):
+        """The access policy's grants: every principal's for an admin, the
+        caller's own for anyone else.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -254,6 +267,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=multikafka_dot_v1_dot_admin__pb2.StatusRequest.FromString,
                     response_serializer=multikafka_dot_v1_dot_admin__pb2.StatusResponse.SerializeToString,
+            ),
+            'ListGrants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGrants,
+                    request_deserializer=multikafka_dot_v1_dot_admin__pb2.ListGrantsRequest.FromString,
+                    response_serializer=multikafka_dot_v1_dot_admin__pb2.ListGrantsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -607,6 +625,33 @@ class Admin:
             '/multikafka.v1.Admin/Status',
             multikafka_dot_v1_dot_admin__pb2.StatusRequest.SerializeToString,
             multikafka_dot_v1_dot_admin__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGrants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/multikafka.v1.Admin/ListGrants',
+            multikafka_dot_v1_dot_admin__pb2.ListGrantsRequest.SerializeToString,
+            multikafka_dot_v1_dot_admin__pb2.ListGrantsResponse.FromString,
             options,
             channel_credentials,
             insecure,

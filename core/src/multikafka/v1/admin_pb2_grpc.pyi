@@ -54,6 +54,10 @@ class AdminStub:
     ListQueries: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListQueriesRequest, _admin_pb2.ListQueriesResponse]
     Status: _grpc.UnaryUnaryMultiCallable[_admin_pb2.StatusRequest, _admin_pb2.StatusResponse]
     """The replica's role, the leader, etcd, and the replicas it knows of."""
+    ListGrants: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListGrantsRequest, _admin_pb2.ListGrantsResponse]
+    """The access policy's grants: every principal's for an admin, the
+    caller's own for anyone else.
+    """
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -76,6 +80,10 @@ class AdminAsyncStub(AdminStub):
     ListQueries: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListQueriesRequest, _admin_pb2.ListQueriesResponse]  # type: ignore[assignment]
     Status: _aio.UnaryUnaryMultiCallable[_admin_pb2.StatusRequest, _admin_pb2.StatusResponse]  # type: ignore[assignment]
     """The replica's role, the leader, etcd, and the replicas it knows of."""
+    ListGrants: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListGrantsRequest, _admin_pb2.ListGrantsResponse]  # type: ignore[assignment]
+    """The access policy's grants: every principal's for an admin, the
+    caller's own for anyone else.
+    """
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -173,5 +181,15 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.StatusResponse, _abc.Awaitable[_admin_pb2.StatusResponse]]:
         """The replica's role, the leader, etcd, and the replicas it knows of."""
+
+    @_abc_1.abstractmethod
+    def ListGrants(
+        self,
+        request: _admin_pb2.ListGrantsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListGrantsResponse, _abc.Awaitable[_admin_pb2.ListGrantsResponse]]:
+        """The access policy's grants: every principal's for an admin, the
+        caller's own for anyone else.
+        """
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -15,13 +15,14 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import NamedTuple
 
+from multikafka.coordinator.access import Caller
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
 from multikafka.coordinator.agents.task_slots import TaskSlots
 from multikafka.coordinator.metrics import MALFORMED_MODES, Metrics
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.translation import Abandonments, ReadMark, ReadMarks
-from multikafka.core.exceptions import NotFoundError, shown
+from multikafka.core.exceptions import NotFoundError, PermissionDeniedError, shown
 from multikafka.core.ranges import SplitRange
 from multikafka.v1 import reader_pb2
 
@@ -57,22 +58,36 @@ class AgentLink:
         self._abandonments = abandonments
         self._metrics = metrics
 
-    async def register(self, agent_id: str, host: str, pid: int, converter: str = "") -> int:
+    async def register(
+        self, agent_id: str, host: str, pid: int, converter: str = "", caller: Caller | None = None
+    ) -> int:
         """Register the agent (again); returns the current generation.
-        ``converter``: how it converts Kafka messages into Arrow."""
-        await self._registry.register(agent_id, host, pid, converter)
+        ``converter``: how it converts Kafka messages into Arrow; ``caller``:
+        who registers it (its events show only the streams it may read; an
+        agent registered by one principal is not another's to take over)."""
+        self.check_owner(agent_id, caller)
+        await self._registry.register(agent_id, host, pid, converter, caller)
         return self._reconciler.generation
 
-    async def events(self, agent_id: str) -> AsyncGenerator[bytes, None]:
+    def policy_changed(self) -> None:
+        """The access policy changed: end the subscriptions of agents whose
+        rights changed (they subscribe again under the new policy)."""
+        self._registry.rights_changed()
+
+    async def events(
+        self, agent_id: str, caller: Caller | None = None
+    ) -> AsyncGenerator[bytes, None]:
         """The agent's reconcile events, serialized: a snapshot, then each
         change, until a newer subscription of the agent (or the end of the
         term) ends this one. :class:`NotFoundError` for an agent that did
         not register."""
-        if self._registry.get(agent_id) is None:
+        agent = self._registry.get(agent_id)
+        if agent is None:
             raise NotFoundError(f"agent {shown(agent_id)} is not registered; call Register first")
+        self.check_owner(agent_id, caller)
         mailbox = self._registry.subscribe(agent_id)
         try:
-            yield self._reconciler.snapshot_payload()
+            yield self._reconciler.snapshot_payload(agent.rights)
             while True:
                 item = await mailbox.get()
                 if item is None:
@@ -81,6 +96,16 @@ class AgentLink:
                 yield item.payload
         finally:
             self._registry.unsubscribe(agent_id, mailbox)
+
+    def check_owner(self, agent_id: str, caller: Caller | None) -> None:
+        """:class:`PermissionDeniedError` if ``agent_id`` is registered by
+        another principal than ``caller``'s (None: nothing is checked)."""
+        known = self._registry.get(agent_id)
+        if known is not None and caller is not None and known.principal != caller.name:
+            raise PermissionDeniedError(
+                f"agent {shown(agent_id)} is registered by another principal; "
+                "an agent id belongs to the principal that registered it"
+            )
 
     def heartbeat(
         self, agent_id: str, applied: int, stats: Sequence[reader_pb2.SubReaderStats]

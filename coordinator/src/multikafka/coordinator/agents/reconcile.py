@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from multikafka.coordinator.access import Rights, Role
 from multikafka.coordinator.agents.registry import Agent, AgentRegistry, Outgoing
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.metrics import Metrics
@@ -90,6 +91,8 @@ class Reconciler:
         self._pending: dict[int, _Pending] = {}
         #: The snapshot new subscriptions get, serialized (built again after a change).
         self._snapshot: bytes | None = None
+        #: id(rights) -> (rights, the snapshot it may see), for this generation.
+        self._snapshots: dict[int, tuple[Rights, bytes]] = {}
         #: Recent reconcile latencies (seconds), for benchmarks and the admin API.
         self.latencies: deque[float] = deque(maxlen=10_000)
         #: Recent fan-out times (seconds): from seeing a change to the last
@@ -128,12 +131,25 @@ class Reconciler:
             observed_ms=int(time.time() * 1000),
         )
 
-    def snapshot_payload(self) -> bytes:
-        """:meth:`snapshot`, serialized; built once per generation (a
-        thousand agents subscribing at once get the same bytes)."""
+    def snapshot_payload(self, rights: Rights | None = None) -> bytes:
+        """:meth:`snapshot`, serialized, of the streams ``rights`` may read
+        (None: all); built once per generation and rights (a thousand
+        agents subscribing at once get the same bytes)."""
         if self._snapshot is None:
             self._snapshot = self.snapshot().SerializeToString()
-        return self._snapshot
+            self._snapshots.clear()
+        if rights is None or rights.admin:
+            return self._snapshot
+        known = self._snapshots.get(id(rights))
+        if known is None or known[0] is not rights:
+            event = self.snapshot()
+            mine = [d for d in event.clusters if rights.may(Role.READER, d.stream)]
+            del event.clusters[:]
+            event.clusters.extend(mine)
+            if len(self._snapshots) > 1024:
+                self._snapshots.clear()
+            known = self._snapshots[id(rights)] = (rights, event.SerializeToString())
+        return known[1]
 
     async def on_change(self, change: MetadataChange) -> None:
         """Every applied change becomes one event (agents track the generation

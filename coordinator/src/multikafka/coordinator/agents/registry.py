@@ -12,6 +12,10 @@ undelivered event. Events that arrive while an agent's stream is still busy
 are merged into it (a cluster's desired state is absolute, so the latest
 entry per cluster is all the agent needs), so a slow agent never holds a
 backlog and never has to be resynced.
+
+An agent sees only the streams its principal may read (:func:`visible`):
+an event is filtered once per set of principals, not per agent, and goes
+out unfiltered where nothing is checked or to an admin.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from multikafka.coordinator.access import Caller, Rights, Role
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
@@ -65,6 +70,31 @@ def merge(older: Outgoing, newer: Outgoing) -> Outgoing:
         observed_ms=older.event.observed_ms or newer.event.observed_ms,
     )
     return Outgoing(event, event.SerializeToString(), min(older.first, newer.first))
+
+
+def visible(item: Outgoing, rights: Rights | None, cache: dict[int, Outgoing]) -> Outgoing:
+    """``item`` as an agent with ``rights`` may see it: only the clusters of
+    streams it may read (the generation and time stay: agents track the
+    generation even when nothing they hold changed). Made once per rights
+    (``cache``) for all the agents that share them."""
+    if rights is None or rights.admin:
+        return item
+    seen = cache.get(id(rights))
+    if seen is not None:
+        return seen
+    clusters = [d for d in item.event.clusters if rights.may(Role.READER, d.stream)]
+    if len(clusters) == len(item.event.clusters):
+        seen = item
+    else:
+        event = reader_pb2.ReconcileEvent(
+            generation=item.event.generation,
+            snapshot=item.event.snapshot,
+            clusters=clusters,
+            observed_ms=item.event.observed_ms,
+        )
+        seen = Outgoing(event, event.SerializeToString(), item.first)
+    cache[id(rights)] = seen
+    return seen
 
 
 class Mailbox:
@@ -139,6 +169,17 @@ class Agent:
     counted: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: Events for its subscription (None while it has none).
     queue: Mailbox | None = None
+    #: Who registered it (its principals, "" where nothing is checked), and
+    #: the caller whose rights filter its events (None: it sees everything).
+    principal: str = ""
+    caller: Caller | None = None
+    #: The rights its subscription's events are filtered with.
+    rights: Rights | None = None
+
+    def rights_now(self) -> Rights | None:
+        """Its caller's rights under the policy in force (None: everything);
+        :class:`MultikafkaError` once the policy no longer knows it."""
+        return self.caller.rights if self.caller is not None else None
 
     def held(self, stream: str) -> list[str]:
         """Splits of ``stream`` the agent reported reading in the last
@@ -184,7 +225,9 @@ class AgentRegistry:
             with contextlib.suppress(UnavailableError):
                 await self._etcd.revoke_lease(self._lease)
 
-    async def register(self, agent_id: str, host: str, pid: int, converter: str = "") -> Agent:
+    async def register(
+        self, agent_id: str, host: str, pid: int, converter: str = "", caller: Caller | None = None
+    ) -> Agent:
         agent = self._agents.get(agent_id)
         if agent is None:
             agent = self._agents[agent_id] = Agent(agent_id, host, pid, int(time.time() * 1000))
@@ -192,6 +235,8 @@ class AgentRegistry:
                 "reader agent registered", extra={"agent": agent_id, "host": host, "pid": pid}
             )
         agent.converter = converter  # what it says now, also when it registers again
+        agent.caller = caller
+        agent.principal = caller.name if caller is not None else ""
         agent.last_heartbeat = time.monotonic()
         await self._persist(agent)
         return agent
@@ -232,7 +277,25 @@ class AgentRegistry:
         if agent.queue is not None:
             agent.queue.close()  # end the previous subscription
         agent.queue = Mailbox()
+        agent.rights = agent.rights_now()
         return agent.queue
+
+    def rights_changed(self) -> int:
+        """End the subscriptions of agents whose rights the policy in force
+        changed (they subscribe again, and see what they may now, or are
+        refused); returns how many."""
+        ended = 0
+        for agent in self._agents.values():
+            if agent.queue is None or agent.caller is None:
+                continue
+            if agent.caller.same_rights(agent.rights):
+                # The same grants under a new policy: its events are filtered
+                # by the policy's new rights object from now on.
+                agent.rights = agent.rights_now()
+                continue
+            agent.queue.close()
+            ended += 1
+        return ended
 
     def unsubscribe(self, agent_id: str, mailbox: Mailbox) -> None:
         agent = self._agents.get(agent_id)
@@ -247,9 +310,10 @@ class AgentRegistry:
         returns how many."""
         item = event if isinstance(event, Outgoing) else Outgoing.of(event)
         sent = 0
+        seen: dict[int, Outgoing] = {}
         for agent in self._agents.values():
             if agent.queue is not None:
-                agent.queue.put(item)
+                agent.queue.put(visible(item, agent.rights, seen))
                 sent += 1
         return sent
 

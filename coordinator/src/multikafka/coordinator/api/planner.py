@@ -3,7 +3,8 @@ resolve positions, plan micro-batches and report commits.
 
 Each method checks its request, makes one call of the term's
 :class:`~multikafka.coordinator.planning.batches.MicroBatches` and answers
-with its result. Offset vectors travel as columns (``OffsetColumns``), a
+with its result; the caller must hold the ``reader`` role on the stream
+(asked where the request's stream is parsed). Offset vectors travel as columns (``OffsetColumns``), a
 plan's ranges too (``RangeColumns``).
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import grpc
 
+from multikafka.coordinator.access import AccessControl, Role, caller
 from multikafka.coordinator.api.rpc import unary
 from multikafka.coordinator.api.vectors import RecentVectors
 from multikafka.coordinator.planning.batches import MicroBatches
@@ -37,16 +39,26 @@ class PlannerService(planner_pb2_grpc.PlannerServicer):
     :class:`MicroBatches`, or on a standby raises :class:`NotLeaderError`
     (naming the leader for the client)."""
 
-    def __init__(self, batches: Callable[[], MicroBatches], store: MetadataStore) -> None:
+    def __init__(
+        self,
+        batches: Callable[[], MicroBatches],
+        store: MetadataStore,
+        access: AccessControl | None = None,
+    ) -> None:
         self._batches = batches
         self._store = store
+        self._access = access
         #: What each query sent and was sent lately, decoded (:mod:`.vectors`).
         self.vectors = RecentVectors()
         #: (stream, cluster) -> (metadata generation, connection message).
         self._connections: dict[tuple[str, str], tuple[int, common_pb2.ClusterConnection]] = {}
 
     def _stream(self, name: str) -> StreamView:
-        return self._store.get(validate_name(name, "stream"))
+        """The stream a request names, which the caller must read (checked
+        before it is looked up, at every request of a LatestOffsetsStream)."""
+        stream = validate_name(name, "stream")
+        caller(self._access).require(Role.READER, stream)
+        return self._store.get(stream)
 
     @unary
     async def ResolveOffsets(

@@ -3,6 +3,12 @@ heartbeat (acknowledging the generation they applied) and report reads.
 Each method checks its request and makes one call of the term's
 :class:`~multikafka.coordinator.agents.link.AgentLink`.
 
+An agent acts for the principal that registered it: its reconcile events
+show only the streams that principal may read (a policy change that alters
+them ends its subscription, and it subscribes again under the new one), its
+reports and pushed counters are taken for those streams only, and its id is
+not another principal's to take over.
+
 Every call needs the leader (a standby raises :class:`NotLeaderError`, which
 names the leader: agents move there by themselves).
 
@@ -19,13 +25,14 @@ from typing import Any
 
 import grpc
 
+from multikafka.coordinator.access import AccessControl, Role, caller
 from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.task_slots import MAX_TASK_SLOTS
 from multikafka.coordinator.api.rpc import safe_deserializer, streaming, unary
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.translation import ReadMark
 from multikafka.core import fingerprint, ranges
-from multikafka.core.exceptions import ValidationError, shown
+from multikafka.core.exceptions import NotLeaderError, ValidationError, shown
 from multikafka.core.model import SplitId
 from multikafka.core.ranges import SplitRange
 from multikafka.core.validation import validate_id, validate_name
@@ -39,11 +46,25 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
     standby raises :class:`NotLeaderError`."""
 
     def __init__(
-        self, link: Callable[[], AgentLink], store: MetadataStore, heartbeat_interval_s: float
+        self,
+        link: Callable[[], AgentLink],
+        store: MetadataStore,
+        heartbeat_interval_s: float,
+        access: AccessControl | None = None,
     ) -> None:
         self._link = link
         self._store = store
         self._heartbeat_ms = int(heartbeat_interval_s * 1000)
+        self._access = access
+        if access is not None:
+            access.on_change(self._policy_changed)
+
+    def _policy_changed(self) -> None:
+        try:
+            link = self._link()
+        except NotLeaderError:
+            return  # a standby has no subscriptions
+        link.policy_changed()
 
     @unary
     async def Register(
@@ -53,7 +74,10 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
         host = validate_id(request.host, "host")
         converter = validate_id(request.converter, "converter")
-        generation = await link.register(agent_id, host, request.pid, converter)
+        who = caller(self._access)
+        generation = await link.register(
+            agent_id, host, request.pid, converter, who if who.checked else None
+        )
         return reader_pb2.RegisterResponse(
             generation=generation, heartbeat_interval_ms=self._heartbeat_ms
         )
@@ -65,7 +89,8 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         link = self._link()
         agent_id = validate_id(request.agent_id, "agent_id")
         # Closed as soon as the call ends: the agent's subscription with it.
-        async with aclosing(link.events(agent_id)) as events:
+        who = caller(self._access)
+        async with aclosing(link.events(agent_id, who if who.checked else None)) as events:
             async for payload in events:
                 yield payload  # type: ignore[misc]  # bytes: see method_handlers
 
@@ -73,9 +98,11 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
     async def Heartbeat(
         self, request: reader_pb2.HeartbeatRequest, context: Ctx
     ) -> reader_pb2.HeartbeatResponse:
-        beat = self._link().heartbeat(
-            request.agent_id, request.applied_generation, request.sub_readers
-        )
+        who = caller(self._access)
+        stats = [s for s in request.sub_readers if who.may(Role.READER, s.stream)]
+        link = self._link()
+        link.check_owner(request.agent_id, who if who.checked else None)
+        beat = link.heartbeat(request.agent_id, request.applied_generation, stats)
         return reader_pb2.HeartbeatResponse(known=beat.known, generation=beat.generation)
 
     @unary
@@ -86,6 +113,8 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         as long as the agent keeps the call open."""
         self._link()
         agent_id = ""
+        who = caller(self._access)
+        checked = who.checked
         async for ack in requests:
             link = self._link()  # a deposed replica ends the call: the agent moves
             if not isinstance(ack, reader_pb2.AckRequest):
@@ -98,6 +127,8 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
                     f"a call acknowledges for one agent ({shown(agent_id)}), "
                     f"not also for {shown(ack.agent_id)}",
                 )
+            if checked:
+                link.check_owner(agent_id, who)
             link.acknowledge(agent_id, ack.applied_generation)
         return reader_pb2.AckResponse()
 
@@ -109,7 +140,9 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         # Everything is checked before anything is applied: a refused report
         # leaves no marks or abandoned ranges behind.
         agent_id = validate_id(request.agent_id, "agent_id", required=True)
-        stream = self._store.get(validate_name(request.stream, "stream")).name
+        stream = validate_name(request.stream, "stream")
+        caller(self._access).require(Role.READER, stream)
+        stream = self._store.get(stream).name
         marks = [_mark(m, f"marks[{i}]") for i, m in enumerate(request.marks)]
         passed = [_span(p, f"passed[{i}]") for i, p in enumerate(request.passed)]
         abandoned = ranges.from_columns(request.abandoned, "abandoned")

@@ -26,6 +26,7 @@ from multikafka.coordinator.clusters.kafka import (
     KafkaMetadataClient,
     MetadataClient,
     OffsetQuery,
+    UnresolvedClient,
     Visit,
 )
 from multikafka.coordinator.config import CoordinatorConfig
@@ -35,6 +36,7 @@ from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import ServesStreams
 from multikafka.core.model import ClusterSpec, ClusterState, Connection, SplitId
 from multikafka.core.offsets import Splits
+from multikafka.core.references import ReferenceError
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +181,11 @@ class Discovery:
     async def _acquire(self, connection: Connection) -> SharedClient:
         shared = self._shared.get(connection.fingerprint)
         if shared is None:
-            client = await self._run(self._factory, connection)
+            try:
+                client: MetadataClient = await self._run(self._factory, connection)
+            except ReferenceError as exc:  # settings this pod cannot resolve
+                logger.warning("cluster settings unresolved: %s", exc)
+                client = UnresolvedClient(str(exc))
             shared = self._shared[connection.fingerprint] = SharedClient(client)
         shared.users += 1
         return shared

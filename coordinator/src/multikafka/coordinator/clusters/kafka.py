@@ -173,6 +173,56 @@ class MetadataClient(Protocol):
     def close(self) -> None: ...
 
 
+class UnresolvedClient:
+    """A cluster whose settings name a ConfigProvider reference that cannot
+    be resolved here: every call fails as an unreachable cluster would, with
+    the reference's error (cluster, property, reference; never a value), so
+    the cluster contributes no range and its status says why."""
+
+    def __init__(self, error: str) -> None:
+        self._error = error
+
+    def _fail(self) -> UnavailableError:
+        return UnavailableError(self._error)
+
+    def partition_counts(self, topics: Sequence[str], timeout_s: float) -> dict[str, int]:
+        raise self._fail()
+
+    def offsets(
+        self, partitions: Sequence[tuple[str, int]], query: OffsetQuery, timeout_s: float
+    ) -> dict[tuple[str, int], int]:
+        raise self._fail()
+
+    def commit_group(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int], timeout_s: float
+    ) -> None:
+        raise self._fail()
+
+    def read_records(
+        self,
+        reader: str,
+        topic: str,
+        positions: Mapping[int, int],
+        max_records: int,
+        timeout_s: float,
+    ) -> list[RawRecord] | None:
+        raise self._fail()
+
+    def close_reader(self, reader: str) -> None:
+        pass
+
+    def scan(
+        self,
+        windows: Mapping[tuple[str, int], tuple[int, int]],
+        visit: Visit,
+        timeout_s: float,
+    ) -> None:
+        raise self._fail()
+
+    def close(self) -> None:
+        pass
+
+
 class KafkaMetadataClient:
     """Metadata and offsets of one Kafka cluster."""
 

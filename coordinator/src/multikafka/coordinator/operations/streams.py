@@ -115,6 +115,10 @@ class StreamOperations:
             out.extend((q.query_id, t) for t in notes)
         return self._reports.describe(view), out
 
+    def note(self, stream: str, what: str, principal: str, *, cluster: str = "") -> None:
+        """Record in the stream's history that ``principal`` asked for ``what``."""
+        self._history.record(stream, "request", cluster=cluster, detail=what, principal=principal)
+
     def assignments(self, stream: str) -> list[tuple[str, list[str]]]:
         """(agent id, splits of ``stream`` it reported reading lately), for
         every agent that holds some."""

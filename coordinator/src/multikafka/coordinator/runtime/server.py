@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from grpc_health.v1 import health, health_pb2
 
+from multikafka.coordinator.access import AccessControl
 from multikafka.coordinator.clusters.discovery import MetadataClientFactory
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
 from multikafka.coordinator.config import CoordinatorConfig
@@ -59,6 +60,14 @@ class Coordinator:
         self.prefix = config.etcd_prefix.rstrip("/")
         self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.metrics = Metrics()
+        #: Who may call what (the access policy, re-read when it changes).
+        self.access = AccessControl(
+            config.access_policy,
+            admin_token=config.admin_token,
+            reader_token=config.reader_token,
+            any_certificate=config.mtls,
+            metrics=self.metrics,
+        )
         self.etcd = Etcd(config.etcd)
         self.fenced = FencedEtcd(self.etcd, self._fence, self._fenced)
         self.store = MetadataStore(self.fenced, self.prefix)
@@ -180,6 +189,15 @@ class Coordinator:
     # -- lifecycle ----------------------------------------------------------------
 
     async def start(self, *, etcd_wait_s: float = 30.0) -> None:
+        if self.config.access_policy:
+            # Read before serving; a bad or missing file refuses every call
+            # (but health) until a good one is in place.
+            await asyncio.to_thread(self.access.load)
+            self._tasks.every(
+                "access policy",
+                self.config.access_policy_interval_s,
+                lambda: asyncio.to_thread(self.access.load),
+            )
         await self._connect(etcd_wait_s)
         await self.store.start()
         await self._serve()
@@ -284,6 +302,7 @@ class Coordinator:
             reports=self.reports,
             replica=self,
             store=self.store,
+            access=self.access,
         )
         if self.config.metrics_listen:
             self._probes = ProbeServer(self.config.metrics_listen, self, self.metrics.registry)

@@ -13,6 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from multikafka.coordinator.access import AccessControl
 from multikafka.coordinator.api.admin import AdminService
 from multikafka.coordinator.api.auth import AuthInterceptor
 from multikafka.coordinator.api.planner import PlannerService
@@ -45,14 +46,13 @@ async def start_grpc_server(
     reports: Callable[[], Reports],
     replica: ServingReplica,
     store: MetadataStore,
+    access: AccessControl,
 ) -> tuple[grpc.aio.Server, int]:
     """The server, started, and the port it listens on."""
     interceptors: list[grpc.aio.ServerInterceptor] = [ParseInterceptor("/multikafka.v1.")]
-    if config.admin_token or (config.reader_token and not config.mtls):
-        # Without a token to check, a call pays nothing for authentication.
-        interceptors.insert(
-            0, AuthInterceptor(config.admin_token, config.reader_token, mtls=config.mtls)
-        )
+    if access.enabled:
+        # Without anything to check, a call pays nothing for authentication.
+        interceptors.insert(0, AuthInterceptor(access, mtls=config.mtls))
     server = grpc.aio.server(
         interceptors=interceptors,
         options=[
@@ -65,13 +65,13 @@ async def start_grpc_server(
         ],
     )
     admin_pb2_grpc.add_AdminServicer_to_server(
-        AdminService(lambda: leading().operations, reports, replica), server
+        AdminService(lambda: leading().operations, reports, replica, access), server
     )
     planner_pb2_grpc.add_PlannerServicer_to_server(
-        PlannerService(lambda: leading().batches, store), server
+        PlannerService(lambda: leading().batches, store, access), server
     )
     add_reader_service(
-        ReaderService(lambda: leading().link, store, config.heartbeat_interval_s), server
+        ReaderService(lambda: leading().link, store, config.heartbeat_interval_s, access), server
     )
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -25,6 +25,8 @@ class Entry:
     kind: str
     cluster: str
     detail: str
+    #: Who asked for it ("" for what the coordinator did by itself).
+    principal: str = ""
 
 
 class History:
@@ -61,17 +63,30 @@ class History:
         await self.flush()
 
     def record(
-        self, stream: str, kind: str, *, cluster: str = "", detail: str = "", generation: int = 0
+        self,
+        stream: str,
+        kind: str,
+        *,
+        cluster: str = "",
+        detail: str = "",
+        generation: int = 0,
+        principal: str = "",
     ) -> None:
         """Append an entry (persisted in the background)."""
-        entry = Entry(int(time.time() * 1000), generation, kind, cluster, detail)
+        entry = Entry(int(time.time() * 1000), generation, kind, cluster, detail, principal)
         self._entries.setdefault(stream, deque(maxlen=self._size)).append(entry)
         self._dirty.add(stream)
         logger.info(
             "%s %s",
             kind,
             detail,
-            extra={"stream": stream, "cluster": cluster, "generation": generation, "kind": kind},
+            extra={
+                "stream": stream,
+                "cluster": cluster,
+                "generation": generation,
+                "kind": kind,
+                "principal": principal,
+            },
         )
         self._changed.set()
 
