@@ -13,6 +13,7 @@ accessors return; and each batch still compares its first and last message.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from dataclasses import dataclass
 from importlib import metadata
@@ -150,7 +151,10 @@ def load() -> tuple[CompiledConverter | None, str]:
     try:
         from confluent_kafka import Message
 
-        from multikafka.reader_agent import _convert
+        # By name: the compiled extension is no Python module the import
+        # graph (make layers, the circle check) can see, which would take
+        # it for the package itself.
+        _convert = importlib.import_module("multikafka.reader_agent._convert")
     except ImportError as exc:
         return None, f"the C converter is not built ({exc})"
     getters = (

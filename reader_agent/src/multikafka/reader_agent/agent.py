@@ -22,11 +22,11 @@ from itertools import groupby
 
 import pyarrow as pa
 
+import multikafka.reader_agent.startup as startup
 from multikafka.core import ranges
 from multikafka.core.background import BackgroundThreads
 from multikafka.core.ranges import SplitRange
 from multikafka.core.transport import ConnectConfig
-from multikafka.reader_agent import startup
 from multikafka.reader_agent.arrow import record_batch
 from multikafka.reader_agent.link import CoordinatorLink
 from multikafka.reader_agent.payloads import MalformedCounts

@@ -29,8 +29,8 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Message as KafkaMessage
 
+import multikafka.reader_agent._cconvert as _cconvert
 from multikafka.core import env
-from multikafka.reader_agent import _cconvert
 from multikafka.reader_agent._cconvert import CompiledConverter
 
 logger = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+import multikafka.reader_agent.spark_ddl as spark_ddl
 from multikafka.core.exceptions import ValidationError
-from multikafka.reader_agent import spark_ddl
 
 
 @dataclass(frozen=True)

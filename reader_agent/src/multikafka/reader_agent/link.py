@@ -28,10 +28,10 @@ from typing import Any
 
 import grpc
 
+import multikafka.reader_agent.arrow as arrow
 from multikafka.core.background import BackgroundThreads
 from multikafka.core.retry import Backoff, retry
 from multikafka.core.transport import ConnectConfig, Coordinators
-from multikafka.reader_agent import arrow
 from multikafka.v1 import reader_pb2, reader_pb2_grpc
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+import multikafka.reader_agent.arrow as arrow
+import multikafka.reader_agent.spark_ddl as spark_ddl
 from multikafka.core.exceptions import MalformedRecordError, ValidationError
-from multikafka.reader_agent import arrow, spark_ddl
 from multikafka.reader_agent.decoders import Decoded, Decoder, make_decoder
 
 CORRUPT_KEY = "_corrupt_key"

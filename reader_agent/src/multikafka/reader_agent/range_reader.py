@@ -20,13 +20,13 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+import multikafka.reader_agent.arrow as arrow
 from multikafka.core.exceptions import DataLossError, UnavailableError
 from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
 from multikafka.core.kafka_config import READER_DEFAULTS, READER_GROUP_ID, client_config
 from multikafka.core.kafka_log import ClientLog, repeat_interval_s
 from multikafka.core.model import Connection
 from multikafka.core.ranges import SplitRange
-from multikafka.reader_agent import arrow
 from multikafka.reader_agent.arrow import Columns
 
 logger = logging.getLogger(__name__)

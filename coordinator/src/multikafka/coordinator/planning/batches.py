@@ -29,7 +29,6 @@ from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.planning.assignment import cut_ranges
 from multikafka.coordinator.planning.entry import EntryOffsets, Resumed
-from multikafka.coordinator.planning.lookups import snapshots_of
 from multikafka.coordinator.planning.notes import PlanNotes
 from multikafka.coordinator.planning.planner import (
     CLUSTER_REMOVED,
@@ -38,6 +37,7 @@ from multikafka.coordinator.planning.planner import (
     plan_end,
 )
 from multikafka.coordinator.planning.resolve import resolve_position
+from multikafka.coordinator.planning.snapshots import snapshots_of
 from multikafka.coordinator.planning.watermarks import Watermarks
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.queries import QueryStore

@@ -59,7 +59,7 @@ from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.offsets import SplitOffsets, Splits
 
-__all__ = ["DEFAULT_MAX_AGE_S", "Marks", "Watermarks"]
+__all__ = ["DEFAULT_MAX_AGE_S", "ClusterEnds", "Watermarks"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class _Entry:
         return self.latest if self.high is None else self.high
 
 
-class Marks(NamedTuple):
+class ClusterEnds(NamedTuple):
     """What a cluster's splits look like for planning (see :class:`_Entry`)."""
 
     latest: SplitOffsets
@@ -136,7 +136,7 @@ class Watermarks:
         cap: SplitOffsets | None = None,
         budget: int | None = None,
         committed: bool = False,
-    ) -> Marks:
+    ) -> ClusterEnds:
         """The high watermarks of ``ask`` (all of ``cc``'s cluster; ``committed``:
         the last stable offsets, and high watermarks at or above ``start``)
         and their stops (None: the cluster has no stopping position), good
@@ -162,9 +162,9 @@ class Watermarks:
                 entry, cc, stopping, ask, start, cap, budget, now=arrived
             ):
                 self.served += 1
-                return _marks(entry)
+                return _ends(entry)
         entry = await self._refresh(key, view, cc, ask, start)
-        return _marks(entry)
+        return _ends(entry)
 
     def cached(
         self,
@@ -176,7 +176,7 @@ class Watermarks:
         cap: SplitOffsets | None = None,
         budget: int | None = None,
         committed: bool = False,
-    ) -> Marks | None:
+    ) -> ClusterEnds | None:
         """What :meth:`get` answers without waiting, or None: it would wait
         for the cluster. Past half its age, a value used here is renewed in
         the background."""
@@ -189,7 +189,7 @@ class Watermarks:
         if self._clock() - entry.asked_at > self._max_age_s / 2 and key not in self._pending:
             self._tasks.spawn("refresh", self._refresh_quietly(key, view, cc, ask, start))
             self._pending[key] = asyncio.get_running_loop().create_future()
-        return _marks(entry)
+        return _ends(entry)
 
     def _serves(
         self,
@@ -278,8 +278,8 @@ class Watermarks:
 _Key = tuple[str, str, bool]
 
 
-def _marks(entry: _Entry) -> Marks:
-    return Marks(entry.latest, entry.stop, entry.end)
+def _ends(entry: _Entry) -> ClusterEnds:
+    return ClusterEnds(entry.latest, entry.stop, entry.end)
 
 
 def _backlog(latest: SplitOffsets, ask: Splits, start: SplitOffsets) -> int:
