@@ -286,7 +286,7 @@ class FakeEtcd:
 
 class BlockingRenewals:
     """A :class:`FakeEtcd` as a lease keeper's blocking client
-    (:class:`~multikafka.coordinator.state.etcd.LeaseRenewals`): each call
+    (:class:`~multikafka.coordinator.state.leases.LeaseRenewals`): each call
     runs the fake's own on an event loop of the caller's thread."""
 
     def __init__(self, etcd: FakeEtcd) -> None:

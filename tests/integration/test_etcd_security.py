@@ -16,7 +16,8 @@ import pytest
 
 from multikafka.coordinator import CoordinatorConfig
 from multikafka.coordinator.config import EtcdConfig, etcd_from
-from multikafka.coordinator.state.etcd import Etcd, LeaseRenewals
+from multikafka.coordinator.state.etcd import Etcd
+from multikafka.coordinator.state.leases import LeaseRenewals
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import UnavailableError
 from multikafka.devstack import CoordinatorThread, EtcdServer

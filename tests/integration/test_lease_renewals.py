@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from multikafka.coordinator.config import etcd_from
-from multikafka.coordinator.state.etcd import Etcd, LeaseRenewals
+from multikafka.coordinator.state.etcd import Etcd
+from multikafka.coordinator.state.leases import LeaseRenewals
 from multikafka.core.exceptions import UnavailableError
 from multikafka.devstack import free_port
 from tests.helpers import uid

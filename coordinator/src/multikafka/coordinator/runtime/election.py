@@ -13,7 +13,7 @@ it stops acting before etcd can expire the lease (patroni: TTL > loop wait +
 past that point and knows it no longer leads before it tries anything.
 
 Renewals run on a thread of their own, with a blocking etcd client of their
-own (:class:`LeaseKeeper`, :class:`~multikafka.coordinator.state.etcd.LeaseRenewals`),
+own (:class:`LeaseKeeper`, :class:`~multikafka.coordinator.state.leases.LeaseRenewals`),
 when the coordinator gives one: a busy event loop (a reconcile fanned out
 to a thousand agents, a large plan, a thousand queries' triggers) then
 cannot starve them and cost the leadership. Without one they run on the
@@ -44,7 +44,7 @@ from multikafka.coordinator.state.etcd import MALFORMED, Etcd, Fence
 from multikafka.core.exceptions import UnavailableError
 
 if TYPE_CHECKING:
-    from multikafka.coordinator.state.etcd import LeaseRenewals
+    from multikafka.coordinator.state.leases import LeaseRenewals
 
 logger = logging.getLogger(__name__)
 

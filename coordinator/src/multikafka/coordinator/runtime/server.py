@@ -35,7 +35,8 @@ from multikafka.coordinator.runtime.leader import LeaderDuties
 from multikafka.coordinator.runtime.presence import Presence
 from multikafka.coordinator.runtime.probes import ProbeServer
 from multikafka.coordinator.runtime.services import SERVICE_NAMES, start_grpc_server
-from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd, LeaseRenewals
+from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd
+from multikafka.coordinator.state.leases import LeaseRenewals
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import LeaderStartingError, NotLeaderError, UnavailableError

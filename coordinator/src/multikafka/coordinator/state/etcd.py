@@ -7,8 +7,9 @@ uses, with etcd failures mapped to :class:`UnavailableError`.
   authentication.
 * :class:`FencedEtcd`: the same operations, with every write guarded by the
   leader's fence (see :mod:`multikafka.coordinator.runtime.election`).
-* :class:`LeaseRenewals`: the two blocking calls of a leader's lease
-  renewals, for a thread of their own.
+
+The leader's lease renewals have a blocking client of their own
+(:mod:`.leases`).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ class _Client(aetcd.Client):  # type: ignore[misc]
             self._is_connecting = False
 
 
-def _credentials(config: EtcdConfig) -> grpc.ChannelCredentials | None:
+def credentials(config: EtcdConfig) -> grpc.ChannelCredentials | None:
     if not config.tls:
         return None
     return grpc.ssl_channel_credentials(
@@ -154,7 +155,7 @@ class Etcd:
     def __init__(self, config: EtcdConfig, *, timeout_s: float = 5.0) -> None:
         self.config = config
         self._timeout_s = timeout_s
-        self._credentials = _credentials(self.config)
+        self._credentials = credentials(self.config)
         self._index = 0
         self._client = self._new_client()
 
@@ -414,99 +415,6 @@ class Etcd:
         """The etcd version of the member this client talks to."""
         res = await self._call(lambda c: c.status())
         return str(res.version)
-
-
-class LeaseRenewals:
-    """A blocking etcd client for the two calls of a lease renewal (keep the
-    lease alive, read the leader key's create revision), made for a thread
-    of its own: gRPC's synchronous calls wait without the GIL and without an
-    event loop. An asyncio client on a second loop in the same process
-    waited up to 0.7 s for a renewal when the coordinator's loop served
-    1,000 queries (this one: at most 35 ms), and a few such waits in a row
-    cost the leadership. The same members, TLS and user as :class:`Etcd`;
-    a member that fails moves the next call to the next member."""
-
-    def __init__(self, config: EtcdConfig) -> None:
-        self.config = config
-        self._credentials = _credentials(config)
-        self._index = 0
-        self._channel: grpc.Channel | None = None
-        self._metadata: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def endpoint(self) -> EtcdEndpoint:
-        return self.config.endpoints[self._index]
-
-    def keep_alive(self, lease_id: int, timeout_s: float) -> int:
-        """Keep the lease alive; its remaining TTL (0 or less: it expired)."""
-
-        def call(channel: grpc.Channel) -> int:
-            answers = rpc.LeaseStub(channel).LeaseKeepAlive(
-                iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]),
-                timeout=timeout_s,
-                metadata=self._metadata,
-            )
-            try:
-                return int(next(answers).TTL)
-            finally:
-                answers.cancel()
-
-        return self._call(call, timeout_s)
-
-    def create_revision(self, key: str, timeout_s: float) -> int | None:
-        """The revision that created ``key``, or None when it is absent."""
-
-        def call(channel: grpc.Channel) -> int | None:
-            res = rpc.KVStub(channel).Range(
-                rpc.RangeRequest(key=key.encode()), timeout=timeout_s, metadata=self._metadata
-            )
-            return int(res.kvs[0].create_revision) if res.kvs else None
-
-        return self._call(call, timeout_s)
-
-    def close(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
-    def _connect(self, timeout_s: float) -> grpc.Channel:
-        if self._channel is not None:
-            return self._channel
-        target = f"{self.endpoint.host}:{self.endpoint.port}"
-        if self._credentials is None:
-            channel = grpc.insecure_channel(target)
-        else:
-            channel = grpc.secure_channel(target, self._credentials)
-        self._channel, self._metadata = channel, ()
-        if self.config.username and self.config.password:
-            token = (
-                rpc.AuthStub(channel)
-                .Authenticate(
-                    rpc.AuthenticateRequest(
-                        name=self.config.username, password=self.config.password
-                    ),
-                    timeout=timeout_s,
-                )
-                .token
-            )
-            self._metadata = (("token", token),)
-        return channel
-
-    def _call(self, fn: Callable[[grpc.Channel], T], timeout_s: float) -> T:
-        """``fn`` on the current member's channel; gRPC errors become
-        :class:`UnavailableError`. An expired token is renewed, and a member
-        that does not answer left for the next, on the next call."""
-        try:
-            return fn(self._connect(timeout_s))
-        except grpc.RpcError as exc:
-            code = exc.code() if isinstance(exc, grpc.Call) else None
-            details = (exc.details() if isinstance(exc, grpc.Call) else None) or ""
-            where = self.endpoint
-            self.close()  # connect afresh: a new token, or the next member
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                self._index = (self._index + 1) % len(self.config.endpoints)
-            name = code.name if code is not None else type(exc).__name__
-            raise UnavailableError(f"etcd at {where}: {name}: {details[:300]}") from None
 
 
 def _range(response: list[tuple[bytes, Any]]) -> KV | None:
