@@ -42,8 +42,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks._common import wait_until
 from benchmarks._processes import usage
-from multikafka.coordinator.translation.mm2 import OffsetSync
 from multikafka.core.admin_client import AdminClient
+from multikafka.core.mm2_records import OffsetSync
 from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
 from multikafka.devstack.feed import Feed, create_topics
 from multikafka.devstack.mirror import create_syncs_topic

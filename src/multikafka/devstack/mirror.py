@@ -37,8 +37,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from multikafka.coordinator.translation.mm2.records import OffsetSync
 from multikafka.core.mm2 import ReplicationPolicy, offset_syncs_topic, remote_topic
+from multikafka.core.mm2_records import OffsetSync
 from multikafka.devstack.feed import (
     Feed,
     SequenceProducer,

@@ -67,6 +67,8 @@ class ChangedStreams:
             except UnavailableError as exc:
                 self._changed.update(names)
                 logger.warning(
-                    "could not persist %s", self._what, extra={"names": names[:5], "error": str(exc)}
+                    "could not persist %s",
+                    self._what,
+                    extra={"names": names[:5], "error": str(exc)},
                 )
                 return
