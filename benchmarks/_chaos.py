@@ -40,10 +40,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from benchmarks._common import wait_until
 from benchmarks._processes import usage
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.mm2_records import OffsetSync
+from multikafka.core.retry import poll
 from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
 from multikafka.devstack.feed import Feed, create_topics
 from multikafka.devstack.mirror import create_syncs_topic
@@ -299,7 +299,12 @@ class World:
                 s.startswith(f"{old}/") for s in offsets
             )
 
-        wait_until(switched, RECOVER_S, f"the query moving from {old} to {new}", 0.2)
+        poll(
+            switched,
+            timeout_s=RECOVER_S,
+            what=f"the query moving from {old} to {new}",
+            interval_s=0.2,
+        )
 
     def check_mirrors(self) -> None:
         """Every cluster holds the same records at the same offsets: with the
@@ -326,7 +331,7 @@ class World:
             found[:] = leading
             return len(leading) == 1
 
-        wait_until(one, timeout_s, "exactly one coordinator leading", 0.1)
+        poll(one, timeout_s=timeout_s, what="exactly one coordinator leading", interval_s=0.1)
         return found[0]
 
     def usage(self) -> list[dict[str, Any]]:
@@ -531,7 +536,12 @@ class Faults:
         # The pause lasts past the lease: its length is the scenario itself.
         time.sleep(max(0.0, hold - (time.monotonic() - paused)))
         old.resume()
-        wait_until(lambda: old.http("/leader")[0] == 503, 30, f"{old.name} standing by", 0.1)
+        poll(
+            lambda: old.http("/leader")[0] == 503,
+            timeout_s=30,
+            what=f"{old.name} standing by",
+            interval_s=0.1,
+        )
         self.w.leader()
         e.detail = (
             f"SIGSTOP {old.name} for {hold:.0f} s (lease {LEASE_TTL_S:.0f} s); "
@@ -547,7 +557,9 @@ class Faults:
         # The member stays down this long while the query runs on (the scenario).
         time.sleep(down)
         member.process.start()
-        wait_until(member.healthy, 60, f"etcd member {member.name} healthy", 0.2)
+        poll(
+            member.healthy, timeout_s=60, what=f"etcd member {member.name} healthy", interval_s=0.2
+        )
         self.w.leader()
         e.detail = f"kill -9 etcd member {member.name}, restarted after {down} s"
         return e
@@ -562,7 +574,7 @@ class Faults:
             found[:] = self.w.python_workers()
             return bool(found)
 
-        wait_until(workers, 60, "a Python worker of Spark", 0.05)
+        poll(workers, timeout_s=60, what="a Python worker of Spark", interval_s=0.05)
         pid = found[pick % len(found)]
         os.kill(pid, signal.SIGKILL)
         e.detail = f"kill -9 Python worker {pid} (of {len(found)})"
@@ -683,14 +695,14 @@ class Faults:
                 self.w.put()
                 self.admin.drain(STREAM, old.id)
         old.state = "DRAINING"
-        wait_until(
+        poll(
             lambda: any(
                 h.kind == "drain-complete" and h.cluster == old.id and h.time_ms >= activated
                 for h in self.admin.history(STREAM, limit=50)
             ),
-            RECOVER_S,
-            f"drain of {old.id} complete",
-            0.2,
+            timeout_s=RECOVER_S,
+            what=f"drain of {old.id} complete",
+            interval_s=0.2,
         )
         old.state, old.starting = "STANDBY", None
         self.w.put()

@@ -20,8 +20,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from multikafka.core.retry import poll
-
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "benchmarks" / "out"
 
@@ -149,13 +147,6 @@ def progress_bar(*, transient: bool = False) -> Progress:
         console=console,
         transient=transient,
     )
-
-
-def wait_until(
-    check: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05
-) -> None:
-    """Poll ``check`` until it is truthy; TimeoutError naming ``what`` after ``timeout_s``."""
-    poll(check, timeout_s=timeout_s, what=what, interval_s=interval_s)
 
 
 def finish(

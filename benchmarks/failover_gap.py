@@ -44,10 +44,10 @@ from benchmarks._common import (
     quiet_logs,
     resolve_out,
     summary,
-    wait_until,
     write_json,
 )
 from multikafka.core.admin_client import AdminClient
+from multikafka.core.retry import poll
 from multikafka.devstack.feed import is_stream_key, sequence_report
 from multikafka.devstack.mirror import Mm2Copy, mirrored_stream
 from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX, read_again
@@ -175,13 +175,13 @@ def one_run(
     feed = stream.feed("r", chunk=100, pause_s=0.05)
     feed.start()
     try:
-        wait_until(
+        poll(
             lambda: (
                 _alive(query) and run.rows_from("primary") > min_rows and run.caught_up("primary")
             ),
-            120,
-            "the query catching up with the primary",
-            0.02,
+            timeout_s=120,
+            what="the query catching up with the primary",
+            interval_s=0.02,
         )
         cut = feed.route([mirror.bootstrap])
         primary.process.kill()
@@ -195,19 +195,19 @@ def one_run(
                 strategy=strategy,
                 margin_ms=None if strategy == "identity" else margin_ms,
             )
-        wait_until(
+        poll(
             lambda: _alive(query) and run.rows_from("mirror") > 0,
-            120,
-            "a record from the mirror",
-            0.02,
+            timeout_s=120,
+            what="a record from the mirror",
+            interval_s=0.02,
         )
         time.sleep(3)
         total = feed.stop()
-        wait_until(
+        poll(
             lambda: len(set(run.keys)) >= total,
-            120,
-            "every record read",
-            0.02,
+            timeout_s=120,
+            what="every record read",
+            interval_s=0.02,
         )
     finally:
         query.stop()

@@ -61,9 +61,9 @@ from benchmarks._common import (
     progress_bar,
     quiet_logs,
     summary,
-    wait_until,
 )
 from benchmarks._processes import AgentsProcess, CoordinatorProcess, raise_fd_limit
+from multikafka.core.retry import poll
 
 if TYPE_CHECKING:
     from multikafka.core.admin_client import AdminClient
@@ -137,7 +137,7 @@ class Round:
                 t["applied"] >= info.generation and (stream, "b") not in map(tuple, t["tracked"])
             )
 
-        wait_until(applied, 30, "the agent applied the removal")
+        poll(applied, timeout_s=30, what="the agent applied the removal")
 
     def tasks(self, stream: str) -> list[ReadTask]:
         """Plan the whole stream (earliest to latest) as Spark would."""
@@ -233,10 +233,10 @@ class Round:
             )
         for call in calls:
             call.cancel()
-        wait_until(
+        poll(
             lambda: len(self.admin.readers()) <= known,
-            30 + self.args.ttl * 3,
-            "the silent agents expired",
+            timeout_s=30 + self.args.ttl * 3,
+            what="the silent agents expired",
             interval_s=0.2,
         )
 
@@ -295,10 +295,10 @@ def run_round(
         cleanup.callback(channel.close)
         r.expiry_stub = reader_pb2_grpc.ReaderStub(channel)
         reader = cleanup.enter_context(raw_reader(coordinator.address, "leak-reporter"))
-        wait_until(
+        poll(
             lambda: agent_id in {x.agent_id for x in admin.readers() if x.subscribed},
-            30,
-            "the agent subscribed",
+            timeout_s=30,
+            what="the agent subscribed",
         )
         # A stream that stays: the expiring agents report stats and reads of it.
         a = stack.clusters["a"]

@@ -89,7 +89,6 @@ from benchmarks._common import (
     percentile,
     progress_bar,
     quiet_logs,
-    wait_until,
 )
 from benchmarks.splits_scale import (
     WATERMARK_AGE_VARIABLE,
@@ -100,6 +99,7 @@ from benchmarks.splits_scale import (
     py_spy,
     spy_top,
 )
+from multikafka.core.retry import poll
 
 STREAM = "load"
 TOPICS = 5
@@ -748,8 +748,10 @@ def _put_stream(address: str, clusters: dict[str, tuple[str, list[str]]]) -> Non
     latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
     splits = len(CLUSTERS) * TOPICS * PARTITIONS
     try:
-        wait_until(
-            lambda: len(planner.resolve(STREAM, latest)[0]) >= splits, 120, "splits discovered"
+        poll(
+            lambda: len(planner.resolve(STREAM, latest)[0]) >= splits,
+            timeout_s=120,
+            what="splits discovered",
         )
     finally:
         planner.close()

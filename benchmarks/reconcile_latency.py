@@ -97,7 +97,6 @@ from benchmarks._common import (
     progress_bar,
     quiet_logs,
     summary,
-    wait_until,
 )
 from benchmarks._processes import (
     AgentsProcess,
@@ -107,6 +106,7 @@ from benchmarks._processes import (
     own_connections,
     raise_fd_limit,
 )
+from multikafka.core.retry import poll
 
 if TYPE_CHECKING:
     from multikafka.core.admin_client import AdminClient
@@ -274,7 +274,11 @@ class Agents:
     def wait_applied(self, generation: int, timeout_s: float) -> None:
         if self._fleet is not None:
             fleet = self._fleet
-            wait_until(lambda: fleet.lowest() >= generation, timeout_s, "the snapshot applied")
+            poll(
+                lambda: fleet.lowest() >= generation,
+                timeout_s=timeout_s,
+                what="the snapshot applied",
+            )
             return
         _parallel([lambda p=p: p.call("wait_applied", generation, timeout_s) for p in self._procs])
 
@@ -428,13 +432,13 @@ def measure_change(bench: Bench, agents: Agents, mode: str) -> Change:
     agents.wait(generation)
     # The coordinator's own measurement ends with the last acknowledgement;
     # the next change starts after it.
-    wait_until(
+    poll(
         lambda: coordinator.ask("count") > before,
-        60,
-        "the coordinator's latency entry",
+        timeout_s=60,
+        what="the coordinator's latency entry",
         interval_s=0.002,
     )
-    wait_until(lambda: generation in bench.watcher.seen, 10, "the etcd watch event")
+    poll(lambda: generation in bench.watcher.seen, timeout_s=10, what="the etcd watch event")
     return Change(
         mode,
         generation,
@@ -649,10 +653,10 @@ def start_agents(bench: Bench, args: argparse.Namespace, layout: str, n: int) ->
     )
     try:
         ids = set(agents.ids)
-        wait_until(
+        poll(
             lambda: ids <= {r.agent_id for r in bench.admin.readers() if r.subscribed},
-            60 + n / 5,
-            f"{n} agents subscribed",
+            timeout_s=60 + n / 5,
+            what=f"{n} agents subscribed",
             interval_s=0.2,
         )
         agents.wait_applied(bench.coordinator.ask("generation"), 60)
@@ -698,8 +702,10 @@ def run_count(
     finally:
         progress.update(task, description=f"{layout} {n}: closing", note="")
         agents.close()
-    wait_until(
-        lambda: not any(r.subscribed for r in bench.admin.readers()), 120, "agents unsubscribed"
+    poll(
+        lambda: not any(r.subscribed for r in bench.admin.readers()),
+        timeout_s=120,
+        what="agents unsubscribed",
     )
     result = summarize(rounds, n, idle)
     progress.update(task, description=f"{layout} {n} agents: done")
@@ -786,8 +792,10 @@ def profile_round(bench: Bench, args: argparse.Namespace, layout: str, n: int) -
         if path.exists():
             out[f"py_spy_{name}"] = pyspy_top(path)
             out[f"py_spy_{name}_file"] = str(path)
-    wait_until(
-        lambda: not any(r.subscribed for r in bench.admin.readers()), 120, "agents unsubscribed"
+    poll(
+        lambda: not any(r.subscribed for r in bench.admin.readers()),
+        timeout_s=120,
+        what="agents unsubscribed",
     )
     return out
 

@@ -72,9 +72,9 @@ from benchmarks._common import (
     progress_bar,
     quiet_logs,
     resolve_out,
-    wait_until,
     write_json,
 )
+from multikafka.core.retry import poll
 from multikafka.devstack.feed import FENCE_KEY
 from multikafka.devstack.processes import temp_work_dir
 
@@ -261,7 +261,11 @@ class Soak:
 
     def reads_on(self, more: int, timeout_s: float) -> None:
         target = self.reads.distinct + more
-        wait_until(lambda: self.reads.distinct >= target, timeout_s, f"{more} more records read")
+        poll(
+            lambda: self.reads.distinct >= target,
+            timeout_s=timeout_s,
+            what=f"{more} more records read",
+        )
 
     def run(self, progress: Any) -> None:
         faults = Faults(self.world, self.t0)
@@ -317,7 +321,12 @@ class Soak:
         sent = self.world.feed.stop()
         # On a timeout the check below says how many are missing.
         with contextlib.suppress(TimeoutError):
-            wait_until(lambda: self.reads.distinct >= sent, 180, "every record read", 0.5)
+            poll(
+                lambda: self.reads.distinct >= sent,
+                timeout_s=180,
+                what="every record read",
+                interval_s=0.5,
+            )
         time.sleep(2)  # a late batch would still show a duplicate
         self._stop.set()
         for u in self.world.usage():

@@ -67,8 +67,8 @@ from benchmarks._common import (
     progress_bar,
     quiet_logs,
     summary,
-    wait_until,
 )
+from multikafka.core.retry import poll
 
 if TYPE_CHECKING:
     from multikafka.coordinator.clusters.kafka import OffsetQuery
@@ -175,7 +175,7 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
         settle_heap()  # as the command does
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
-            None, lambda: wait_until(lambda: coordinator.is_leader, 60, "leadership")
+            None, lambda: poll(lambda: coordinator.is_leader, timeout_s=60, what="leadership")
         )
         reply({"address": coordinator.address, "pid": os.getpid()})
         try:
@@ -517,7 +517,7 @@ def measure(
         def resolved() -> bool:
             return len(planner.resolve(STREAM, earliest)[0]) >= expected
 
-        wait_until(resolved, 120, f"{expected} splits discovered")
+        poll(resolved, timeout_s=120, what=f"{expected} splits discovered")
         start, _ = planner.resolve(STREAM, earliest)
         state: dict[str, Any] = {}
 

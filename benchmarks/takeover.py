@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import console, finish, machine, progress_bar, summary, wait_until
+from benchmarks._common import console, finish, machine, progress_bar, summary
+from multikafka.core.retry import poll
 from multikafka.devstack import CoordinatorProcess, EtcdServer
 
 
@@ -34,7 +35,9 @@ def takeover(replicas: list[CoordinatorProcess], how: str) -> float:
         leader.kill()
     else:
         leader.stop()
-    wait_until(lambda: any(r.is_leader() for r in others), 60, "a takeover", interval_s=0.01)
+    poll(
+        lambda: any(r.is_leader() for r in others), timeout_s=60, what="a takeover", interval_s=0.01
+    )
     elapsed = time.monotonic() - started
     leader.start()
     return elapsed
@@ -77,12 +80,16 @@ def main() -> None:
     try:
         for r in replicas:
             r.start()
-        wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, "a leader")
+        poll(lambda: sum(r.is_leader() for r in replicas) == 1, timeout_s=30, what="a leader")
         with progress_bar() as progress:
             for how in rounds:
                 task = progress.add_task(how, total=args.rounds, note="")
                 for _ in range(args.rounds):
-                    wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, "a leader")
+                    poll(
+                        lambda: sum(r.is_leader() for r in replicas) == 1,
+                        timeout_s=30,
+                        what="a leader",
+                    )
                     rounds[how].append(takeover(replicas, how))
                     progress.update(task, advance=1, note=f"last {rounds[how][-1]:.2f} s")
     finally:
