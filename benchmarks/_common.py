@@ -20,32 +20,18 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from multikafka.devstack import procfs
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "benchmarks" / "out"
 
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        model = platform.processor()
-    mem_gib = 0.0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = int(line.split()[1]) / 1024 / 1024
-                break
-    except OSError:
-        pass
     return {
         "nproc": os.cpu_count(),
-        "cpu_model": model,
-        "ram_gib": round(mem_gib, 1),
+        "cpu_model": procfs.cpu_model() or platform.processor(),
+        "ram_gib": round(procfs.memory_gib(), 1),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "loadavg_at_start": list(os.getloadavg()),

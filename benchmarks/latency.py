@@ -62,7 +62,7 @@ from benchmarks._common import (
     quiet_logs,
     summary,
 )
-from benchmarks._processes import CoordinatorProcess
+from benchmarks._processes import ProbedCoordinator
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.spark import local_spark
@@ -322,7 +322,7 @@ def latency_stack() -> Iterator[tuple[LocalStack, str]]:
     """etcd, two clusters, and a coordinator in a process of its own, as in
     production (in this process it would share the GIL with the sink)."""
     with local_stack(CLUSTERS, coordinator_listen=None) as stack:
-        coordinator = CoordinatorProcess(stack.etcd.url).start()
+        coordinator = ProbedCoordinator(stack.etcd.url).start()
         try:
             with AdminClient(coordinator.address) as admin:
                 for name in CLUSTERS:

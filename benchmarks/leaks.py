@@ -62,7 +62,7 @@ from benchmarks._common import (
     quiet_logs,
     summary,
 )
-from benchmarks._processes import AgentsProcess, CoordinatorProcess, raise_fd_limit
+from benchmarks._processes import AgentsProcess, ProbedCoordinator, raise_fd_limit
 from multikafka.core.retry import poll
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ RESOURCES = ("os_threads", "py_threads", "fds", "rss_mib")
 @dataclass
 class Round:
     stack: LocalStack
-    coordinator: CoordinatorProcess
+    coordinator: ProbedCoordinator
     agent: AgentsProcess
     admin: AdminClient
     args: argparse.Namespace
@@ -278,7 +278,7 @@ def run_round(
 
     with ExitStack() as cleanup:
         task = progress.add_task(f"round {index + 1}: starting", total=None, note="")
-        coordinator = CoordinatorProcess(
+        coordinator = ProbedCoordinator(
             stack.etcd.url,
             etcd_prefix=f"/leaks-{index}",
             reader_ttl_s=args.ttl,

@@ -100,13 +100,14 @@ from benchmarks._common import (
 )
 from benchmarks._processes import (
     AgentsProcess,
-    CoordinatorProcess,
     CoordinatorSide,
     Fleet,
+    ProbedCoordinator,
     own_connections,
     raise_fd_limit,
 )
 from multikafka.core.retry import poll
+from multikafka.devstack import procfs
 
 if TYPE_CHECKING:
     from multikafka.core.admin_client import AdminClient
@@ -207,7 +208,7 @@ class Coordinator:
         self.address = address
         self.pid = pid
         self._side = side
-        self.process: CoordinatorProcess | None = None
+        self.process: ProbedCoordinator | None = None
 
     def ask(self, command: str, *args: Any) -> Any:
         if self._side is not None:
@@ -329,8 +330,8 @@ class Agents:
 def pin(pid: int, cpus: set[int]) -> None:
     """Every thread of process ``pid`` (and so the threads they start) on
     ``cpus``."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), cpus)
+    for tid in procfs.threads(pid):
+        os.sched_setaffinity(tid, cpus)
 
 
 def split_cpus() -> tuple[set[int], set[int]]:
@@ -615,7 +616,7 @@ def layout_bench(
                 cleanup.callback(thread.stop)
                 coordinator = Coordinator(thread.address, os.getpid(), CoordinatorSide(thread))
             else:
-                proc = CoordinatorProcess(stack.etcd.url, **config).start()
+                proc = ProbedCoordinator(stack.etcd.url, **config).start()
                 cleanup.callback(proc.stop)
                 if pinned:
                     side = split_cpus()[0]

@@ -69,6 +69,7 @@ from benchmarks._common import (
     summary,
 )
 from multikafka.core.retry import poll
+from multikafka.devstack import procfs
 
 if TYPE_CHECKING:
     from multikafka.coordinator.clusters.kafka import OffsetQuery
@@ -126,17 +127,11 @@ class ScaleMetadata:
 def process_usage() -> dict[str, float]:
     """This process's CPU, the calling thread's CPU (asked on an event loop:
     the loop's) and memory."""
-    status = Path("/proc/self/status").read_text()
-    mem = {
-        line.split(":")[0]: int(line.split()[1]) / 1024
-        for line in status.splitlines()
-        if line.startswith(("VmRSS", "VmHWM"))
-    }
     return {
         "cpu_s": time.process_time(),
         "loop_cpu_s": time.thread_time(),
-        "rss_mb": mem["VmRSS"],
-        "hwm_mb": mem["VmHWM"],
+        "rss_mb": procfs.memory_mib(),
+        "hwm_mb": procfs.memory_mib(field="VmHWM"),
     }
 
 
