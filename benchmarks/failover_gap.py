@@ -48,7 +48,8 @@ from benchmarks._common import (
 )
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.retry import poll
-from multikafka.devstack.feed import is_stream_key, sequence_report
+from multikafka.devstack.counts import sequence_report
+from multikafka.devstack.feed import is_stream_key
 from multikafka.devstack.mirror import Mm2Copy, mirrored_stream
 from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX, read_again
 from multikafka.devstack.spark import local_spark

@@ -23,12 +23,13 @@ from typing import Any
 
 from benchmarks._common import console, finish, machine, progress_bar, summary
 from multikafka.core.retry import poll
-from multikafka.devstack import CoordinatorProcess, EtcdServer
+from multikafka.devstack import EtcdServer
+from multikafka.devstack.replicas import ReplicaSet
 
 
-def takeover(replicas: list[CoordinatorProcess], how: str) -> float:
+def takeover(replicas: ReplicaSet, how: str) -> float:
     """Kill or stop the leader; seconds until another replica leads."""
-    (leader,) = [r for r in replicas if r.is_leader()]
+    leader = replicas.leader()
     others = [r for r in replicas if r is not leader]
     started = time.monotonic()
     if how == "kill -9":
@@ -72,29 +73,18 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="multikafka-takeover-"))
     etcd = EtcdServer(work).start()
-    replicas = [
-        CoordinatorProcess(work, f"c{i}", etcd=etcd.url, prefix="/takeover", lease_ttl_s=args.ttl)
-        for i in range(2)
-    ]
+    replicas = ReplicaSet(work, etcd=etcd.url, prefix="/takeover", lease_ttl_s=args.ttl)
     rounds: dict[str, list[float]] = {"kill -9": [], "SIGTERM": []}
     try:
-        for r in replicas:
-            r.start()
-        poll(lambda: sum(r.is_leader() for r in replicas) == 1, timeout_s=30, what="a leader")
+        replicas.add(2)
         with progress_bar() as progress:
             for how in rounds:
                 task = progress.add_task(how, total=args.rounds, note="")
                 for _ in range(args.rounds):
-                    poll(
-                        lambda: sum(r.is_leader() for r in replicas) == 1,
-                        timeout_s=30,
-                        what="a leader",
-                    )
                     rounds[how].append(takeover(replicas, how))
                     progress.update(task, advance=1, note=f"last {rounds[how][-1]:.2f} s")
     finally:
-        for r in replicas:
-            r.stop()
+        replicas.stop()
         etcd.stop()
         shutil.rmtree(work, ignore_errors=True)
     result = {

@@ -19,13 +19,8 @@ from multikafka.core import offsets as ov
 from multikafka.core.env import PREFIX as SETTINGS_PREFIX
 from multikafka.core.retry import poll, poll_async
 from multikafka.devstack import free_port
-from multikafka.devstack.feed import (
-    Feed,
-    SequenceProducer,
-    create_topics,
-    fence,
-    sequence_report,
-)
+from multikafka.devstack.counts import sequence_report
+from multikafka.devstack.feed import Feed, SequenceProducer, create_topics, fence
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
 from multikafka.v1 import planner_pb2
 
