@@ -40,7 +40,6 @@ Writes ``benchmarks/out/cold_start.json`` and ``<out>/img/cold_start.png``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -52,8 +51,10 @@ from typing import Any
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from benchmarks._common import (
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
     machine,
     median_range,
@@ -337,40 +338,30 @@ def report(result: dict[str, Any]) -> None:
 
 
 def plot(result: dict[str, Any], path: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (cold, an) = plt.subplots(1, 2, figsize=(10, 4))
-    colors = ["tab:gray", "tab:blue"]
-    bars_with_range(
-        cold,
-        SOURCES,
-        [result["summary"][s]["first_record_s"] for s in SOURCES],
-        label="first record, arrival -> foreachBatch (s)",
-        colors=colors,
-    )
-    cold.set_title("cold first record (fresh session)")
-    bars_with_range(
-        an,
-        SOURCES,
-        [result["summary"][s]["available_now_s"] for s in SOURCES],
-        label="start -> termination (s)",
-        colors=colors,
-    )
-    an.set_title(f"Trigger.AvailableNow, {result['records']:,} records (warm session)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, 1, 2, figsize=(10, 4)) as (_fig, (cold, an)):
+        colors = ["tab:gray", "tab:blue"]
+        bars_with_range(
+            cold,
+            SOURCES,
+            [result["summary"][s]["first_record_s"] for s in SOURCES],
+            label="first record, arrival -> foreachBatch (s)",
+            colors=colors,
+        )
+        cold.set_title("cold first record (fresh session)")
+        bars_with_range(
+            an,
+            SOURCES,
+            [result["summary"][s]["available_now_s"] for s in SOURCES],
+            label="start -> termination (s)",
+            colors=colors,
+        )
+        an.set_title(f"Trigger.AvailableNow, {result['records']:,} records (warm session)")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = Arguments(__doc__, smoke={"repeat": 1, "records": 1_000}, repeat=3)
     parser.add_argument("--idle", type=float, default=8.0)
     parser.add_argument("--records", type=int, default=10_000)
-    parser.add_argument("--out", default="docs")
     args = parser.parse_args()
     quiet_logs()
     result: dict[str, Any] = {
@@ -402,7 +393,7 @@ def main() -> None:
         "cold_goal_met": added <= GOAL_COLD_S,
         "available_now_ratio": mk["available_now_s"]["median"] / floor["available_now_s"]["median"],
     }
-    json_path, png = finish("cold_start", result, args.out, plot)
+    json_path, png = finish("cold_start", result, args, plot)
     report(result)
     console.print(f"wrote {json_path} and {png}")
 

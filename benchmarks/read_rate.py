@@ -54,7 +54,6 @@ os.environ.setdefault(
     "PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell"
 )
 
-import argparse
 import functools
 import gc
 import shutil
@@ -72,10 +71,11 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from benchmarks._common import (
+    Arguments,
     console,
+    figure,
     finish,
     machine,
-    plain_consumer,
     progress_bar,
     quiet_logs,
     summary,
@@ -151,6 +151,26 @@ class Run:
     @property
     def rate(self) -> float:
         return self.records / self.seconds
+
+
+def plain_consumer(bootstrap: str, client_id: str) -> Any:
+    """A confluent-kafka consumer with the readers' settings (and the dev
+    stack's stream properties) on ``bootstrap``, for assigning partitions:
+    the plain-consumer baselines."""
+    from confluent_kafka import Consumer
+
+    from multikafka.core.kafka_config import READER_DEFAULTS
+    from multikafka.devstack.stack import TANSU_PROPERTIES
+
+    return Consumer(
+        {
+            **READER_DEFAULTS,
+            **TANSU_PROPERTIES,
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-plain",
+            "client.id": client_id,
+        }
+    )
 
 
 # -- setup ------------------------------------------------------------------
@@ -698,11 +718,6 @@ def summarize(runs: list[Run], repeat: int, records: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     cfg = result["config"]
     summ = result["summary"]
     rates, ratios = summ["rates"], summ["ratios"]
@@ -728,81 +743,85 @@ def plot(result: dict[str, Any], path: Path) -> None:
         "spark_batched": f"Spark, {BATCHES}\nmicro-batches",
         "spark_batched_steady": "same, after\n1st micro-batch",
     }
-    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 5.5), width_ratios=[3, 2])
-    med = [rates[n]["median"] / 1000 for n in names]
-    lo = [max(m - rates[n]["min"] / 1000, 0) for m, n in zip(med, names, strict=True)]
-    hi = [max(rates[n]["max"] / 1000 - m, 0) for m, n in zip(med, names, strict=True)]
-    colors = ["#7f7f7f", "#4f4f4f", "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#ffdd99"]
-    colors += ["#2ca02c", "#98df8a"]
-    bars = left.bar([labels[n] for n in names], med, yerr=[lo, hi], capsize=5, color=colors)
-    for bar, n, h in zip(bars, names, hi, strict=True):
-        ratio = ratios[f"{n}/raw"]["median"] if n != "raw" else 1.0
-        left.annotate(
-            f"{ratio:.2f}x",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height() + h),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
+    with figure(path, 1, 2, figsize=(16, 5.5), width_ratios=[3, 2]) as (fig, (left, right)):
+        med = [rates[n]["median"] / 1000 for n in names]
+        lo = [max(m - rates[n]["min"] / 1000, 0) for m, n in zip(med, names, strict=True)]
+        hi = [max(rates[n]["max"] / 1000 - m, 0) for m, n in zip(med, names, strict=True)]
+        colors = ["#7f7f7f", "#4f4f4f", "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#ffdd99"]
+        colors += ["#2ca02c", "#98df8a"]
+        bars = left.bar([labels[n] for n in names], med, yerr=[lo, hi], capsize=5, color=colors)
+        for bar, n, h in zip(bars, names, hi, strict=True):
+            ratio = ratios[f"{n}/raw"]["median"] if n != "raw" else 1.0
+            left.annotate(
+                f"{ratio:.2f}x",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height() + h),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+            )
+        left.set_ylabel("thousand records / s (median, min-max)")
+        left.set_title(
+            f"Read rate (ratio to plain consumer); steady/in-batch "
+            f"{ratios['spark_batched_steady/spark_in_batch']['median']:.2f} (goal >= {STEADY_GOAL})",
+            fontsize=10,
         )
-    left.set_ylabel("thousand records / s (median, min-max)")
-    left.set_title(
-        f"Read rate (ratio to plain consumer); steady/in-batch "
-        f"{ratios['spark_batched_steady/spark_in_batch']['median']:.2f} (goal >= {STEADY_GOAL})",
-        fontsize=10,
-    )
-    left.tick_params(axis="x", labelsize=8)
-    left.grid(axis="y", alpha=0.3)
+        left.tick_params(axis="x", labelsize=8)
+        left.grid(axis="y", alpha=0.3)
 
-    cpu = summ["cpu_s_per_million"]
-    shown = ["raw_nogc_count", "agent", "agent_python", "spark", "spark_python", "spark_batched"]
-    parts = [
-        ("reader", "reader threads / Python workers", "#1f77b4"),
-        ("jvm", "Spark JVM", "#ff7f0e"),
-    ]
-    parts.append(("brokers", "tansu brokers", "#bcbd22"))
-    bottom = [0.0] * len(shown)
-    for key, label, color in parts:
-        vals = [cpu[m].get(key, {}).get("median", 0.0) for m in shown]
-        right.bar([labels[m] for m in shown], vals, bottom=bottom, color=color, label=label)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    base = cpu[BASELINE]["reader"]["median"]
-    for i, m in enumerate(shown):
-        reader = cpu[m]["reader"]["median"]
-        note = (
-            "baseline"
-            if m == BASELINE
-            else f"{summ['cpu_ratios'][f'{m}/{BASELINE}']['median']:.2f}x"
+        cpu = summ["cpu_s_per_million"]
+        shown = [
+            "raw_nogc_count",
+            "agent",
+            "agent_python",
+            "spark",
+            "spark_python",
+            "spark_batched",
+        ]
+        parts = [
+            ("reader", "reader threads / Python workers", "#1f77b4"),
+            ("jvm", "Spark JVM", "#ff7f0e"),
+        ]
+        parts.append(("brokers", "tansu brokers", "#bcbd22"))
+        bottom = [0.0] * len(shown)
+        for key, label, color in parts:
+            vals = [cpu[m].get(key, {}).get("median", 0.0) for m in shown]
+            right.bar([labels[m] for m in shown], vals, bottom=bottom, color=color, label=label)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        base = cpu[BASELINE]["reader"]["median"]
+        for i, m in enumerate(shown):
+            reader = cpu[m]["reader"]["median"]
+            note = (
+                "baseline"
+                if m == BASELINE
+                else f"{summ['cpu_ratios'][f'{m}/{BASELINE}']['median']:.2f}x"
+            )
+            right.annotate(
+                f"{reader:.2f} ({note})",
+                (i, bottom[i]),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+            )
+        right.axhline(
+            base * CPU_GOAL,
+            color="#d62728",
+            linestyle="--",
+            linewidth=1,
+            label=f"goal: reader CPU <= {CPU_GOAL} x baseline",
         )
-        right.annotate(
-            f"{reader:.2f} ({note})",
-            (i, bottom[i]),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
+        right.set_ylabel("CPU seconds per million records (median)")
+        right.set_title("CPU per million records, by process", fontsize=10)
+        right.tick_params(axis="x", labelsize=8)
+        right.legend(fontsize=8, loc="upper left")
+        right.set_ylim(0, max(bottom) * 1.25)
+        right.grid(axis="y", alpha=0.3)
+        fig.suptitle(
+            f"{cfg['records']:,} records x {cfg['value_size']} B, 2 tansu clusters x {PARTITIONS} "
+            f"partitions, {result['machine']['nproc']} cores, converter {cfg.get('converter', '?')}",
+            fontsize=11,
         )
-    right.axhline(
-        base * CPU_GOAL,
-        color="#d62728",
-        linestyle="--",
-        linewidth=1,
-        label=f"goal: reader CPU <= {CPU_GOAL} x baseline",
-    )
-    right.set_ylabel("CPU seconds per million records (median)")
-    right.set_title("CPU per million records, by process", fontsize=10)
-    right.tick_params(axis="x", labelsize=8)
-    right.legend(fontsize=8, loc="upper left")
-    right.set_ylim(0, max(bottom) * 1.25)
-    right.grid(axis="y", alpha=0.3)
-    fig.suptitle(
-        f"{cfg['records']:,} records x {cfg['value_size']} B, 2 tansu clusters x {PARTITIONS} "
-        f"partitions, {result['machine']['nproc']} cores, converter {cfg.get('converter', '?')}",
-        fontsize=11,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _cell(s: dict[str, float], fmt: str = ",.0f") -> str:
@@ -863,9 +882,10 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(
+        __doc__, smoke={"records": 20_000, "repeat": 1, "warmup": 0, "ab_pairs": 1}, repeat=3
+    )
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--value-size", type=int, default=100, help="bytes per value")
     parser.add_argument(
@@ -874,7 +894,6 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="maxOffsetsPerTrigger of spark_batched (default: records/10)",
     )
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     parser.add_argument(
         "--ab-pairs",
         type=int,
@@ -936,7 +955,7 @@ def main(argv: list[str] | None = None) -> int:
         result["summary"] = summarize(runs, args.repeat, setup.expected)
         if args.ab_pairs:
             result["fingerprints_ab"] = fingerprint_ab(setup, args.ab_pairs)
-    json_path, png = finish("read_rate", result, args.out, plot)
+    json_path, png = finish("read_rate", result, args, plot)
     print_summary(result)
     console.print(f"wrote {json_path} and {png}")
     return 0

@@ -89,7 +89,9 @@ from rich.table import Table
 
 from benchmarks._common import (
     OUT_DIR,
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     median_range,
@@ -855,88 +857,82 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     layouts = result["summary"]["layouts"]
     modes = [m for m in MODES if m in result["config"]["modes"]]
-    fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 5), squeeze=False)
-    styles = {
-        "one": ("#1f77b4", "one process (coordinator thread + agents)"),
-        "procs": ("#2ca02c", "coordinator process + agents in worker processes"),
-    }
-    all_counts: set[int] = set()
-    for ax, mode in zip(axes[0], modes, strict=True):
-        for layout, per in layouts.items():
-            counts = sorted(int(n) for n in per if mode in per[n])
-            all_counts.update(counts)
-            color, label = styles[layout]
-            for pct, marker, alpha in (("p50_ms", "o-", 1.0), ("p99_ms", "s--", 0.7)):
-                med = [per[str(n)][mode]["e2e"][pct]["median"] for n in counts]
-                lo = [
-                    m - per[str(n)][mode]["e2e"][pct]["min"]
-                    for m, n in zip(med, counts, strict=True)
-                ]
-                hi = [
-                    per[str(n)][mode]["e2e"][pct]["max"] - m
-                    for m, n in zip(med, counts, strict=True)
-                ]
-                ax.errorbar(
-                    counts,
-                    med,
-                    yerr=[lo, hi],
-                    fmt=marker,
-                    color=color,
-                    alpha=alpha,
-                    capsize=3,
-                    label=f"write -> all applied {pct[:3]}, {label}",
-                )
-            fanout = [per[str(n)][mode]["fanout"]["p50_ms"]["median"] for n in counts]
-            if not all(math.isnan(x) for x in fanout):
+    with figure(path, 1, len(modes), figsize=(6.5 * len(modes), 5), squeeze=False) as (_fig, axes):
+        styles = {
+            "one": ("#1f77b4", "one process (coordinator thread + agents)"),
+            "procs": ("#2ca02c", "coordinator process + agents in worker processes"),
+        }
+        all_counts: set[int] = set()
+        for ax, mode in zip(axes[0], modes, strict=True):
+            for layout, per in layouts.items():
+                counts = sorted(int(n) for n in per if mode in per[n])
+                all_counts.update(counts)
+                color, label = styles[layout]
+                for pct, marker, alpha in (("p50_ms", "o-", 1.0), ("p99_ms", "s--", 0.7)):
+                    med = [per[str(n)][mode]["e2e"][pct]["median"] for n in counts]
+                    lo = [
+                        m - per[str(n)][mode]["e2e"][pct]["min"]
+                        for m, n in zip(med, counts, strict=True)
+                    ]
+                    hi = [
+                        per[str(n)][mode]["e2e"][pct]["max"] - m
+                        for m, n in zip(med, counts, strict=True)
+                    ]
+                    ax.errorbar(
+                        counts,
+                        med,
+                        yerr=[lo, hi],
+                        fmt=marker,
+                        color=color,
+                        alpha=alpha,
+                        capsize=3,
+                        label=f"write -> all applied {pct[:3]}, {label}",
+                    )
+                fanout = [per[str(n)][mode]["fanout"]["p50_ms"]["median"] for n in counts]
+                if not all(math.isnan(x) for x in fanout):
+                    ax.plot(
+                        counts,
+                        fanout,
+                        "v-.",
+                        color=color,
+                        alpha=0.6,
+                        label=f"coordinator fan-out p50 (its own share), {layout}",
+                    )
+                coord = [per[str(n)][mode]["coordinator"]["p50_ms"]["median"] for n in counts]
                 ax.plot(
                     counts,
-                    fanout,
-                    "v-.",
+                    coord,
+                    "^:",
                     color=color,
                     alpha=0.6,
-                    label=f"coordinator fan-out p50 (its own share), {layout}",
+                    label=f"coordinator-measured p50, {layout}",
                 )
-            coord = [per[str(n)][mode]["coordinator"]["p50_ms"]["median"] for n in counts]
-            ax.plot(
-                counts,
-                coord,
-                "^:",
-                color=color,
-                alpha=0.6,
-                label=f"coordinator-measured p50, {layout}",
+            for layout, per in layouts.items():
+                counts = sorted(int(n) for n in per if mode in per[n])
+                watch = [per[str(n)][mode]["watch"]["p50_ms"]["median"] for n in counts]
+                ax.plot(
+                    counts,
+                    watch,
+                    "x-",
+                    color="#7f7f7f",
+                    label=f"bare etcd watch p50 (baseline), {layout}",
+                )
+            ax.axhline(
+                250, color="#d62728", lw=0.8, ls="-.", label="goal: p99 250 ms at 1,000 agents"
             )
-        for layout, per in layouts.items():
-            counts = sorted(int(n) for n in per if mode in per[n])
-            watch = [per[str(n)][mode]["watch"]["p50_ms"]["median"] for n in counts]
-            ax.plot(
-                counts,
-                watch,
-                "x-",
-                color="#7f7f7f",
-                label=f"bare etcd watch p50 (baseline), {layout}",
-            )
-        ax.axhline(250, color="#d62728", lw=0.8, ls="-.", label="goal: p99 250 ms at 1,000 agents")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ticks = sorted(all_counts)
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([str(n) for n in ticks])
-        ax.set_xlabel("reader agents (each with its own link and connection)")
-        ax.set_ylabel("ms (median of rounds; bars: min - max)")
-        what = "direct etcd write" if mode == "etcd" else "AdminClient.put_stream"
-        ax.set_title(f"reconcile latency, {what}")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6.5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ticks = sorted(all_counts)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([str(n) for n in ticks])
+            ax.set_xlabel("reader agents (each with its own link and connection)")
+            ax.set_ylabel("ms (median of rounds; bars: min - max)")
+            what = "direct etcd write" if mode == "etcd" else "AdminClient.put_stream"
+            ax.set_title(f"reconcile latency, {what}")
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=6.5)
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -1037,7 +1033,18 @@ def _counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(
+        __doc__,
+        smoke={
+            "agents": "1,10",
+            "spread": "10",
+            "workers": 2,
+            "changes": 3,
+            "repeat": 1,
+            "idle": 0.5,
+        },
+        repeat=3,
+    )
     parser.add_argument(
         "--agents", default="1,10,100", help="agent counts, all in this process ('' for none)"
     )
@@ -1048,7 +1055,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=8, help="worker processes for --spread")
     parser.add_argument("--changes", type=int, default=50, help="changes per round and write path")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds per agent count")
     parser.add_argument("--modes", default=",".join(MODES), help="write paths: etcd,admin")
     parser.add_argument(
         "--heartbeat", type=float, default=2.0, help="agents' heartbeat, seconds (product default)"
@@ -1072,7 +1078,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the coordinator")
     parser.add_argument("--py-spy", action="store_true", help="py-spy the coordinator process")
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     args.agents = _counts(args.agents)
     args.spread = _counts(args.spread)
@@ -1107,7 +1112,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = run(args)
     result["summary"] = {"layouts": measured["layouts"], "profile": measured["profile"]}
     result["rounds"] = measured["rounds"]
-    json_path, png = finish("reconcile_latency", result, args.out, plot)
+    json_path, png = finish("reconcile_latency", result, args, plot)
     print_summary(result)
     console.print(f"wrote {json_path} and {png}")
     return 0

@@ -21,7 +21,6 @@ exits 1 if a check fails.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -30,7 +29,17 @@ from typing import Any
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from benchmarks._common import console, img_path, machine, quiet_logs, resolve_out, write_json
+from benchmarks._common import (
+    Arguments,
+    console,
+    figure,
+    img_path,
+    json_folder,
+    machine,
+    quiet_logs,
+    resolve_out,
+    write_json,
+)
 from multikafka.devstack.soak import FAULTS, run_soak
 
 
@@ -67,51 +76,46 @@ def report(result: dict[str, Any]) -> None:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     tl = result["timeline"]
     t = [p["t"] for p in tl]
-    fig, ax = plt.subplots(figsize=(14, 5))
-    ax.plot(t, [p["sent"] - p["read"] for p in tl], color="tab:blue", label="read lag (records)")
-    ax.set_xlabel("seconds since the query started")
-    ax.set_ylabel("records sent, not yet read")
-    dup = ax.twinx()
-    dup.plot(t, [p["duplicates"] for p in tl], color="tab:orange", label="records read twice")
-    dup.set_ylabel("records read twice (cumulative)")
-    colours = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(FAULTS)}
-    top = ax.get_ylim()[1]
-    for i, e in enumerate(result["events"]):
-        colour = colours.get(e["kind"], "grey") if e["ok"] else "red"
-        ax.axvline(e["start_s"], color=colour, alpha=0.7, lw=1)
-        # A fault that lasts (a pause, a member down, a drain): its span shaded.
-        ax.axvspan(e["start_s"], max(e["end_s"], e["start_s"]), color=colour, alpha=0.12)
-        label = e["kind"] + (f" ({e['strategy']})" if e["strategy"] else "")
-        # Three heights in turn, so neighbours' labels do not overlap.
-        ax.text(
-            e["start_s"], top * (1 - 0.2 * (i % 3)), label, rotation=90, fontsize=6,
-            va="top", ha="right", color=colour,
-        )  # fmt: skip
-    lines = ax.get_legend_handles_labels()
-    more = dup.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=8)
-    ax.set_title(
-        f"chaos soak, {result['minutes']:g} min, seed {result['seed']}: "
-        f"lost {result['lost']}, read twice {result['duplicates']} "
-        f"({result['duplicates_outside_bounds']} by failovers)"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, figsize=(14, 5)) as (_fig, ax):
+        ax.plot(
+            t, [p["sent"] - p["read"] for p in tl], color="tab:blue", label="read lag (records)"
+        )
+        ax.set_xlabel("seconds since the query started")
+        ax.set_ylabel("records sent, not yet read")
+        dup = ax.twinx()
+        dup.plot(t, [p["duplicates"] for p in tl], color="tab:orange", label="records read twice")
+        dup.set_ylabel("records read twice (cumulative)")
+        import matplotlib
+
+        colours = {k: matplotlib.colormaps["tab10"](i % 10) for i, k in enumerate(FAULTS)}
+        top = ax.get_ylim()[1]
+        for i, e in enumerate(result["events"]):
+            colour = colours.get(e["kind"], "grey") if e["ok"] else "red"
+            ax.axvline(e["start_s"], color=colour, alpha=0.7, lw=1)
+            # A fault that lasts (a pause, a member down, a drain): its span shaded.
+            ax.axvspan(e["start_s"], max(e["end_s"], e["start_s"]), color=colour, alpha=0.12)
+            label = e["kind"] + (f" ({e['strategy']})" if e["strategy"] else "")
+            # Three heights in turn, so neighbours' labels do not overlap.
+            ax.text(
+                e["start_s"], top * (1 - 0.2 * (i % 3)), label, rotation=90, fontsize=6,
+                va="top", ha="right", color=colour,
+            )  # fmt: skip
+        lines = ax.get_legend_handles_labels()
+        more = dup.get_legend_handles_labels()
+        ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=8)
+        ax.set_title(
+            f"chaos soak, {result['minutes']:g} min, seed {result['seed']}: "
+            f"lost {result['lost']}, read twice {result['duplicates']} "
+            f"({result['duplicates_outside_bounds']} by failovers)"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Arguments(__doc__, smoke={"minutes": 0.75})
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
     parser.add_argument(
         "--keep-logs",
         action="store_true",
@@ -125,7 +129,7 @@ def main() -> None:
         **run_soak(args.minutes, args.seed, keep_logs=args.keep_logs, console=console),
     }
     result["machine"]["loadavg_at_end"] = list(os.getloadavg())
-    path = write_json("soak.json", result)
+    path = write_json("soak.json", result, json_folder(args))
     plot(result, img_path(resolve_out(args.out), "soak_timeline.png"))
     report(result)
     console.print(f"wrote {path}")

@@ -40,7 +40,6 @@ import os
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-import argparse
 import asyncio
 import json
 import re
@@ -60,7 +59,9 @@ from rich.table import Table
 
 from benchmarks._common import (
     ROOT,
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     median_range,
@@ -639,65 +640,57 @@ def real_layout(work: Path, cleanup: ExitStack) -> dict[str, tuple[str, list[str
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sizes = result["sizes"]
     ns = [s["splits"] for s in sizes]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    for ax, key, title in (
-        (axes[0][0], "coordinator_cpu_ms", "coordinator CPU per call"),
-        (axes[0][1], "client_ms", "call time at the client"),
-    ):
-        for call in CALLS:
-            med = [s["calls"][call][key]["median"] for s in sizes]
-            lo = [s["calls"][call][key]["min"] for s in sizes]
-            hi = [s["calls"][call][key]["max"] for s in sizes]
-            line = ax.plot(ns, med, "o-", label=call)[0]
-            ax.fill_between(ns, lo, hi, color=line.get_color(), alpha=0.15)
-        for real in result.get("real", []):
-            for call in GOAL_CALLS:
-                ax.plot(
-                    [real["splits"]],
-                    [real["calls"][call][key]["median"]],
-                    "*",
-                    markersize=12,
-                    color="black",
-                )
-        ax.axhline(GOAL_MS, color="red", linestyle="--", label=f"goal {GOAL_MS:.0f} ms")
+    with figure(path, 2, 2, figsize=(12, 8.5)) as (fig, axes):
+        for ax, key, title in (
+            (axes[0][0], "coordinator_cpu_ms", "coordinator CPU per call"),
+            (axes[0][1], "client_ms", "call time at the client"),
+        ):
+            for call in CALLS:
+                med = [s["calls"][call][key]["median"] for s in sizes]
+                lo = [s["calls"][call][key]["min"] for s in sizes]
+                hi = [s["calls"][call][key]["max"] for s in sizes]
+                line = ax.plot(ns, med, "o-", label=call)[0]
+                ax.fill_between(ns, lo, hi, color=line.get_color(), alpha=0.15)
+            for real in result.get("real", []):
+                for call in GOAL_CALLS:
+                    ax.plot(
+                        [real["splits"]],
+                        [real["calls"][call][key]["median"]],
+                        "*",
+                        markersize=12,
+                        color="black",
+                    )
+            ax.axhline(GOAL_MS, color="red", linestyle="--", label=f"goal {GOAL_MS:.0f} ms")
+            ax.set_yscale("log")
+            ax.set_ylabel("ms (median, band: min-max)")
+            ax.set_title(f"{title} (stars: tansu, latest and plan)")
+        ax = axes[1][0]
+        ax.plot(ns, [s["rss_mb"] for s in sizes], "o-", label="RSS after the rounds")
+        ax.plot(ns, [s["peak_rss_mb"] for s in sizes], "s--", label="peak RSS")
+        ax.axhline(GOAL_RSS_MB, color="red", linestyle="--", label=f"goal {GOAL_RSS_MB:.0f} MB")
+        ax.set_ylabel("MB")
+        ax.set_title("coordinator memory")
+        ax = axes[1][1]
+        for form in sizes[0]["offset_json_bytes"]:
+            ax.plot(ns, [s["offset_json_bytes"][form] / 1024 for s in sizes], "o-", label=form)
+        ax.plot(
+            ns,
+            [s["etcd_progress_bytes"] / 1024 for s in sizes],
+            "s--",
+            color="gray",
+            label="query progress in etcd (per Commit)",
+        )
         ax.set_yscale("log")
-        ax.set_ylabel("ms (median, band: min-max)")
-        ax.set_title(f"{title} (stars: tansu, latest and plan)")
-    ax = axes[1][0]
-    ax.plot(ns, [s["rss_mb"] for s in sizes], "o-", label="RSS after the rounds")
-    ax.plot(ns, [s["peak_rss_mb"] for s in sizes], "s--", label="peak RSS")
-    ax.axhline(GOAL_RSS_MB, color="red", linestyle="--", label=f"goal {GOAL_RSS_MB:.0f} MB")
-    ax.set_ylabel("MB")
-    ax.set_title("coordinator memory")
-    ax = axes[1][1]
-    for form in sizes[0]["offset_json_bytes"]:
-        ax.plot(ns, [s["offset_json_bytes"][form] / 1024 for s in sizes], "o-", label=form)
-    ax.plot(
-        ns,
-        [s["etcd_progress_bytes"] / 1024 for s in sizes],
-        "s--",
-        color="gray",
-        label="query progress in etcd (per Commit)",
-    )
-    ax.set_yscale("log")
-    ax.set_ylabel("KiB per micro-batch")
-    ax.set_title("offset JSON Spark writes per batch")
-    for ax in axes.flat:
-        ax.set_xscale("log")
-        ax.set_xlabel("splits")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-    fig.suptitle("planning one micro-batch vs the number of splits")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax.set_ylabel("KiB per micro-batch")
+        ax.set_title("offset JSON Spark writes per batch")
+        for ax in axes.flat:
+            ax.set_xscale("log")
+            ax.set_xlabel("splits")
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=8)
+        fig.suptitle("planning one micro-batch vs the number of splits")
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -745,9 +738,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         serve(argv[1], argv[2], "--fake" in argv[3:])
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(__doc__, smoke={"splits": "1000", "repeat": 3}, repeat=5)
     parser.add_argument("--splits", default="1000,10000,100000", help="comma-separated sizes")
-    parser.add_argument("--repeat", type=int, default=5, help="measured rounds per size (>= 3)")
     parser.add_argument("--real", action="store_true", help="add 5,000 splits on tansu")
     parser.add_argument("--profile", action="store_true", help="cProfile the largest size")
     parser.add_argument(
@@ -755,7 +747,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="py-spy the coordinator (busy Python threads) at the largest size and on tansu",
     )
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     sizes = sorted(int(x) for x in args.splits.split(",") if x.strip())
     quiet_logs()
@@ -811,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(task, note="done")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    json_path, png = finish("splits_scale", result, args.out, plot)
+    json_path, png = finish("splits_scale", result, args, plot)
     print_summary(result)
     for size in result["sizes"] + result.get("real", []):
         where = f"{size['splits']:,} splits" + (" on tansu" if size["real"] else "")
