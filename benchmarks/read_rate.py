@@ -76,6 +76,7 @@ from benchmarks._common import (
     figure,
     finish,
     machine,
+    median_range,
     progress_bar,
     quiet_logs,
     summary,
@@ -824,10 +825,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
         )
 
 
-def _cell(s: dict[str, float], fmt: str = ",.0f") -> str:
-    return f"{s['median']:{fmt}} [{s['min']:{fmt}} - {s['max']:{fmt}}]"
-
-
 def print_summary(result: dict[str, Any]) -> None:
     summ = result["summary"]
     table = Table(title="read rate (records/s): median \\[min - max]")
@@ -837,10 +834,10 @@ def print_summary(result: dict[str, Any]) -> None:
     rates, ratios = summ["rates"], summ["ratios"]
     for name, s in rates.items():
         r = ratios.get(f"{name}/raw")
-        table.add_row(name, _cell(s), _cell(r, ".3f") if r else "1")
+        table.add_row(name, median_range(s, "{:,.0f}"), median_range(r, "{:.3f}") if r else "1")
     console.print(table)
     for key in ("spark/agent", "spark_batched_steady/spark_in_batch"):
-        console.print(f"{key}: {_cell(ratios[key], '.3f')}")
+        console.print(f"{key}: {median_range(ratios[key], '{:.3f}')}")
 
     table = Table(title="CPU seconds per million records: median \\[min - max]")
     for col in (
@@ -856,10 +853,10 @@ def print_summary(result: dict[str, Any]) -> None:
         r = cpu_ratios.get(f"{m}/{BASELINE}")
         table.add_row(
             m,
-            _cell(cpu[m]["reader"], ".3f"),
-            _cell(r, ".2f") if r else "1",
-            _cell(cpu[m]["jvm"], ".3f") if "jvm" in cpu[m] else "",
-            _cell(cpu[m]["brokers"], ".3f"),
+            median_range(cpu[m]["reader"], "{:.3f}"),
+            median_range(r, "{:.2f}") if r else "1",
+            median_range(cpu[m]["jvm"], "{:.3f}") if "jvm" in cpu[m] else "",
+            median_range(cpu[m]["brokers"], "{:.3f}"),
         )
     console.print(table)
     worker = cpu_ratios[f"spark/{BASELINE}"]["median"]
@@ -874,10 +871,10 @@ def print_summary(result: dict[str, Any]) -> None:
         ratio = ab["cpu_ratio"]
         console.print(
             f"read path CPU with fingerprints / without ({ab['pairs']} pairs): "
-            f"{_cell(ratio, '.3f')} (<= {FINGERPRINT_GOAL}: "
+            f"{median_range(ratio, '{:.3f}')} (<= {FINGERPRINT_GOAL}: "
             f"{'met' if ratio['median'] <= FINGERPRINT_GOAL else 'not met'}); "
-            f"{_cell(ab['with_cpu_s_per_million'], '.3f')} against "
-            f"{_cell(ab['without_cpu_s_per_million'], '.3f')} CPU-s/1M"
+            f"{median_range(ab['with_cpu_s_per_million'], '{:.3f}')} against "
+            f"{median_range(ab['without_cpu_s_per_million'], '{:.3f}')} CPU-s/1M"
         )
 
 
