@@ -58,6 +58,7 @@ class HA:
         return self.coordinators.replicas
 
     def start_replicas(self, n: int, *, ttl_s: float = TTL) -> list[CoordinatorProcess]:
+        self.coordinators.etcd = self.etcd  # a test may point them at an etcd of its own
         self.coordinators.add(n, lease_ttl_s=ttl_s)
         self.leader()
         return self.replicas
