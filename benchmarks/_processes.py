@@ -35,6 +35,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from multikafka.core.retry import poll
 from multikafka.devstack import procfs
 
 if TYPE_CHECKING:
@@ -512,11 +513,10 @@ def agents_main(conn: Connection, notify: Connection, own: bool, nice: int = 0) 
         return state["fleet"]  # type: ignore[no-any-return]
 
     def wait_applied(generation: int, timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        while fleet().lowest() < generation:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"agents did not apply generation {generation}")
-            time.sleep(0.01)
+        what = f"agents applying generation {generation}"
+        poll(
+            lambda: fleet().lowest() >= generation, timeout_s=timeout_s, what=what, interval_s=0.01
+        )
         return fleet().lowest()
 
     def read(tasks: list[ReadTask]) -> int:

@@ -63,6 +63,7 @@ from benchmarks._common import (
     summary,
 )
 from benchmarks.latency import CLUSTERS, PARTITIONS, TOPIC, latency_stack
+from multikafka.core.retry import poll
 from multikafka.devstack.feed import fence
 from multikafka.reader_agent import startup
 
@@ -145,13 +146,14 @@ def register_floor_source(spark: Any) -> None:
 def _first_batch(query: Any, timeout_s: float = 10.0) -> dict[str, int]:
     """Spark's durations of the query's first micro-batch that had rows
     (reported once the micro-batch ended, after ``foreachBatch``)."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        for p in query.recentProgress:
-            if p.numInputRows:
-                return dict(p.durationMs)
-        time.sleep(0.05)
-    return {}
+
+    def first() -> dict[str, int] | None:
+        return next((dict(p.durationMs) for p in query.recentProgress if p.numInputRows), None)
+
+    try:
+        return poll(first, timeout_s=timeout_s, what="a micro-batch with rows")
+    except TimeoutError:
+        return {}
 
 
 def _ends(bootstraps: dict[str, str]) -> dict[str, dict[str, list[int]]]:
@@ -241,9 +243,7 @@ def _in_child(source: str, address: str, bootstraps: dict[str, str], idle_s: flo
             arrive_at = time.time()
             producers[0].produce(TOPIC, b"cold", key=b"cold", partition=0)
             producers[0].flush(10)
-        deadline = time.time() + 120
-        while "first" not in seen and time.time() < deadline:
-            time.sleep(0.005)
+        poll(lambda: "first" in seen, timeout_s=120, what="the first record", interval_s=0.005)
         first_s = seen["first"] - arrive_at
         phases = _first_batch(query)
         query.stop()
