@@ -162,12 +162,13 @@ def finish(
     plot: Callable[[dict[str, Any], Path], None],
 ) -> tuple[Path, Path]:
     """Stamp the end load, write ``benchmarks/out/<name>.json`` (with
-    ``--smoke``: ``<out>/<name>.json``) and the plot ``<out>/img/<name>.png``;
-    returns both paths."""
+    ``--smoke``: ``<out>/<name>.json``) and the plot ``<out>/img/<name>.png``,
+    say so; returns both paths."""
     result.setdefault("machine", machine())["loadavg_at_end"] = list(os.getloadavg())
     json_path = write_json(f"{name}.json", result, json_folder(args))
     png = img_path(resolve_out(args.out), f"{name}.png")
     plot(result, png)
+    console.print(f"wrote {json_path} and {png}")
     return json_path, png
 
 

@@ -393,9 +393,8 @@ def main() -> None:
         "cold_goal_met": added <= GOAL_COLD_S,
         "available_now_ratio": mk["available_now_s"]["median"] / floor["available_now_s"]["median"],
     }
-    json_path, png = finish("cold_start", result, args, plot)
+    finish("cold_start", result, args, plot)
     report(result)
-    console.print(f"wrote {json_path} and {png}")
 
 
 if __name__ == "__main__":

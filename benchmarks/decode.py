@@ -42,7 +42,6 @@ from confluent_kafka import Message
 from benchmarks._common import (
     Arguments,
     bars_with_range,
-    console,
     figure,
     finish,
     machine,
@@ -206,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     result.update(measure(args.records, args.batch, args.repeat))
-    json_path, png = finish("decode", result, args, plot)
+    finish("decode", result, args, plot)
     table(
         "Payload decoding (median \\[min-max])",
         ("variant", "records/s", "CPU s / M records", "CPU x raw"),
@@ -220,7 +219,6 @@ def main(argv: list[str] | None = None) -> int:
             for variant, v in result["variants"].items()
         ),
     )
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

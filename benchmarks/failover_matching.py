@@ -250,10 +250,9 @@ def main() -> None:
         "summary": per,
         "matched_over_estimate": ratios,
     }
-    json_path, png = finish("failover_matching", result, args, plot)
+    finish("failover_matching", result, args, plot)
     console.print(per)
     console.print(f"matched / estimate: {ratios}")
-    console.print(f"wrote {json_path} and {png}")
 
 
 if __name__ == "__main__":

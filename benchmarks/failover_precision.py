@@ -176,14 +176,13 @@ def main() -> None:
         }
         for label, _, _ in CASES
     }
-    json_path, png = finish(
+    finish(
         "failover_precision",
         {"machine": machine(), "margin_ms": MARGIN_MS, "runs": runs, "summary": per_case},
         args,
         plot,
     )
     console.print(per_case)
-    console.print(f"wrote {json_path} and {png}")
     lost = sum(r["lost"] for r in runs)
     over = [r["case"] for r in runs if not r["within_allowed"]]
     if lost or over:

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := set(args.deployables.split(",")) - set(DEPLOYABLES):
         parser.error(f"--deployables: unknown {', '.join(sorted(unknown))}")
     result = measure(args.baseline, args.repeat, args.deployables.split(","))
-    json_path, png = finish("footprint", result, args, plot)
+    finish("footprint", result, args, plot)
     table = Table(title="installed size, MB (beyond an empty venv)")
     for col in ("deployable", "before", "now", "now / before", "heavy before", "heavy now"):
         table.add_column(col)
@@ -261,7 +261,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['ratio']:.2f}",
         )
     console.print(times)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -477,9 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         "summary": summ,
     }
-    json_path, png = finish("latency", result, args, plot)
+    finish("latency", result, args, plot)
     console.print(summ)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

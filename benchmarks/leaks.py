@@ -657,9 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     console.rule("[bold]multikafka leaks")
     result.update(run(args))
-    json_path, png = finish("leaks", result, args, plot)
+    finish("leaks", result, args, plot)
     print_summary(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0 if result["summary"]["ok"] else 1
 
 

@@ -732,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(task, advance=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    json_path, png = finish("planner_load", result, args, plot)
+    finish("planner_load", result, args, plot)
     print_summary(result)
     for kind, rows in (result.get("py_spy") or {}).items():
         console.print(f"py-spy of the coordinator process ({kind}, share of samples):")
@@ -740,7 +740,6 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"  {row['share']:6.1%} {row['function']}")
     for row in result.get("profile_top") or []:
         console.print(f"  {row['cumtime_s']:8.3f} s {row['calls']:>9} {row['function']}")
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -952,9 +952,8 @@ def main(argv: list[str] | None = None) -> int:
         result["summary"] = summarize(runs, args.repeat, setup.expected)
         if args.ab_pairs:
             result["fingerprints_ab"] = fingerprint_ab(setup, args.ab_pairs)
-    json_path, png = finish("read_rate", result, args, plot)
+    finish("read_rate", result, args, plot)
     print_summary(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

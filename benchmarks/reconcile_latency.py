@@ -1112,9 +1112,8 @@ def main(argv: list[str] | None = None) -> int:
     measured = run(args)
     result["summary"] = {"layouts": measured["layouts"], "profile": measured["profile"]}
     result["rounds"] = measured["rounds"]
-    json_path, png = finish("reconcile_latency", result, args, plot)
+    finish("reconcile_latency", result, args, plot)
     print_summary(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -459,9 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     result["records"] = {str(size): n for size, n in records.items()}
     result["runs"] = runs
     result["summary"] = summarize(runs, sizes)
-    json_path, png = finish("small_batches", result, args, plot)
+    finish("small_batches", result, args, plot)
     print_table(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

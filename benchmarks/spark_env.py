@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     result = measure(args.repeat, args.jobs, args.pyspark_archive)
-    json_path, png = finish("spark_env", result, args, plot)
+    finish("spark_env", result, args, plot)
     sizes = Table(title="archive, MB")
     for col in ("archive", "packed", "unpacked", "files", "largest"):
         sizes.add_column(col)
@@ -245,7 +245,6 @@ def main(argv: list[str] | None = None) -> int:
             median_range(r["job_s"], "{:.2f}"),
         )
     console.print(times)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -386,9 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         measured = summarize(json.loads(part.read_text()))
         result["versions"].append(measured)
         result["records"] = measured["records"]
-    json_path, png = finish("spark_versions", result, args, plot)
+    finish("spark_versions", result, args, plot)
     print_table(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -802,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(task, note="done")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    json_path, png = finish("splits_scale", result, args, plot)
+    finish("splits_scale", result, args, plot)
     print_summary(result)
     for size in result["sizes"] + result.get("real", []):
         where = f"{size['splits']:,} splits" + (" on tansu" if size["real"] else "")
@@ -816,7 +816,6 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {kind}:")
                 for row in size["py_spy"][kind][:15]:
                     console.print(f"    {row['share']:6.1%} {row['function']}")
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     with started_stack(args.records, args.value_size) as setup:
         runs = measure(setup, args.repeat)
     result.update(summarize(runs, args.repeat))
-    json_path, png = finish("standalone", result, args, plot)
+    finish("standalone", result, args, plot)
     table(
         "Standalone reader (median \\[min-max])",
         ("method", "records/s", "CPU s / M records"),
@@ -192,7 +192,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name, s in result["ratios"].items():
         console.print(f"{name}: {median_range(s, '{:.2f}')}")
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -91,8 +91,7 @@ def main() -> None:
             f"{how:>8}: median {s['median']:.2f} s \\[min {s['min']:.2f} - max {s['max']:.2f}] "
             f"over {s['n']} rounds (bound after a kill: {args.ttl + 2:.1f} s)"
         )
-    paths = finish("takeover", result, args, plot)
-    console.print(f"wrote {paths[0]} and {paths[1]}")
+    finish("takeover", result, args, plot)
 
 
 if __name__ == "__main__":
