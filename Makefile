@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-spark-matrix lint layers typecheck protos check-protos unit integration bench dist spark-env clean
+.PHONY: install demo test test-spark-matrix lint layers typecheck protos check-protos unit integration bench bench-smoke dist spark-env clean
 
 # One distribution per folder, all importing as multikafka.* (pyproject.toml);
 # the dev environment installs each of them editable, then the umbrella.
@@ -66,24 +66,22 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/pytest tests/integration tests/e2e $(PYTEST_ARGS)
 
+## Every benchmark (docs/benchmarks.md): results in benchmarks/out, plots in docs/img.
+BENCHMARKS := read_rate decode standalone latency cold_start splits_scale planner_load \
+	reconcile_latency leaks failover_gap failover_precision failover_matching takeover soak \
+	footprint spark_env spark_versions small_batches
 bench: $(STAMP)
-	$(PY) -m benchmarks.read_rate
-	$(PY) -m benchmarks.decode
-	$(PY) -m benchmarks.standalone
-	$(PY) -m benchmarks.latency
-	$(PY) -m benchmarks.cold_start
-	$(PY) -m benchmarks.splits_scale
-	$(PY) -m benchmarks.planner_load
-	$(PY) -m benchmarks.reconcile_latency
-	$(PY) -m benchmarks.leaks
-	$(PY) -m benchmarks.failover_gap
-	$(PY) -m benchmarks.failover_precision
-	$(PY) -m benchmarks.takeover
-	$(PY) -m benchmarks.soak
-	$(PY) -m benchmarks.footprint
-	$(PY) -m benchmarks.spark_env
-	$(PY) -m benchmarks.spark_versions
-	$(PY) -m benchmarks.small_batches
+	set -e; for b in $(BENCHMARKS); do $(PY) -m benchmarks.$$b; done
+
+## Each benchmark at smoke sizes (--smoke), to check that it runs: its JSON and
+## plot go to a temporary folder, never to benchmarks/out or docs/.
+bench-smoke: $(STAMP)
+	out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && set -e && \
+	for b in $(BENCHMARKS); do \
+		echo "== benchmarks.$$b --smoke"; start=$$(date +%s); \
+		$(PY) -m benchmarks.$$b --smoke --out "$$out"; \
+		echo "== benchmarks.$$b: $$(( $$(date +%s) - start )) s"; \
+	done
 
 ## A wheel per distribution in $(DIST)/ (pip install --find-links dist multikafka-coordinator, ...),
 ## the reader's with the compiled converter and a manylinux tag (auditwheel repair), and the

@@ -1,4 +1,8 @@
-"""Shared helpers of the benchmark scripts: machine facts, summaries, output.
+"""What the benchmarks share, which is presentation only: their command
+line (:class:`Arguments`, with ``--out``, ``--repeat`` and ``--smoke``), the
+machine facts, summaries of repeated measurements, tables, plots and the
+JSON output. What they run on (the stack, chaos, processes, ``/proc``) is
+the dev stack's (:mod:`multikafka.devstack`), shared with the tests.
 
 Every benchmark reports ratios against a baseline measured in the same run
 and repeats each measurement, because the machines we run on are small and
@@ -7,20 +11,22 @@ shared (timings are noisy); :func:`summary` gives median, min and max.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from multikafka.core.retry import poll
+from multikafka.devstack import procfs
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "benchmarks" / "out"
@@ -28,26 +34,10 @@ OUT_DIR = ROOT / "benchmarks" / "out"
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        model = platform.processor()
-    mem_gib = 0.0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = int(line.split()[1]) / 1024 / 1024
-                break
-    except OSError:
-        pass
     return {
         "nproc": os.cpu_count(),
-        "cpu_model": model,
-        "ram_gib": round(mem_gib, 1),
+        "cpu_model": procfs.cpu_model() or platform.processor(),
+        "ram_gib": round(procfs.memory_gib(), 1),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "loadavg_at_start": list(os.getloadavg()),
@@ -84,10 +74,10 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def write_json(name: str, data: dict[str, Any]) -> Path:
-    """Write ``benchmarks/out/<name>`` and return its path."""
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    path = OUT_DIR / name
+def write_json(name: str, data: dict[str, Any], folder: Path = OUT_DIR) -> Path:
+    """Write ``<folder>/<name>`` (``benchmarks/out`` by default) and return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
     return path
 
@@ -118,26 +108,6 @@ def quiet_logs() -> None:
 console = Console(width=None if sys.stdout.isatty() else 120)
 
 
-def plain_consumer(bootstrap: str, client_id: str) -> Any:
-    """A confluent-kafka consumer with the readers' settings (and the dev
-    stack's stream properties) on ``bootstrap``, for assigning partitions:
-    the plain-consumer baselines."""
-    from confluent_kafka import Consumer
-
-    from multikafka.core.kafka_config import READER_DEFAULTS
-    from multikafka.devstack.stack import TANSU_PROPERTIES
-
-    return Consumer(
-        {
-            **READER_DEFAULTS,
-            **TANSU_PROPERTIES,
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-plain",
-            "client.id": client_id,
-        }
-    )
-
-
 def progress_bar(*, transient: bool = False) -> Progress:
     """The progress display every benchmark uses (tasks carry a ``note`` field)."""
     return Progress(
@@ -151,23 +121,87 @@ def progress_bar(*, transient: bool = False) -> Progress:
     )
 
 
-def wait_until(
-    check: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05
-) -> None:
-    """Poll ``check`` until it is truthy; TimeoutError naming ``what`` after ``timeout_s``."""
-    poll(check, timeout_s=timeout_s, what=what, interval_s=interval_s)
+class Arguments(argparse.ArgumentParser):
+    """A benchmark's command line: its description the first paragraph of
+    ``doc``; ``--out`` (the docs directory: the plot goes to ``<out>/img``),
+    ``--repeat`` (when ``repeat`` is given: its default) and ``--smoke``: a
+    quick run at the sizes ``smoke`` gives (attribute -> value), to check
+    that the benchmark runs (``make bench-smoke``), its JSON written beside
+    its plot under ``--out`` and not into ``benchmarks/out``."""
+
+    def __init__(self, doc: str, *, smoke: Mapping[str, Any], repeat: int | None = None) -> None:
+        super().__init__(description=doc.split("\n\n")[0])
+        self.smoke = dict(smoke)
+        if repeat is not None:
+            self.add_argument("--repeat", type=int, default=repeat, help="measured rounds")
+        self.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
+        sizes = ", ".join(f"{k} {v}" for k, v in self.smoke.items()) or "as given"
+        self.add_argument(
+            "--smoke", action="store_true", help=f"a quick run to check it runs: {sizes}"
+        )
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        parsed = super().parse_args(args, namespace)
+        if parsed.smoke:
+            for key, value in self.smoke.items():
+                setattr(parsed, key, value)
+        return parsed
+
+
+def json_folder(args: argparse.Namespace) -> Path:
+    """Where a benchmark's JSON goes: ``benchmarks/out``; with ``--smoke``, ``--out``."""
+    return resolve_out(args.out) if args.smoke else OUT_DIR
 
 
 def finish(
-    name: str, result: dict[str, Any], out: str, plot: Callable[[dict[str, Any], Path], None]
+    name: str,
+    result: dict[str, Any],
+    args: argparse.Namespace,
+    plot: Callable[[dict[str, Any], Path], None],
 ) -> tuple[Path, Path]:
-    """Stamp the end load, write ``benchmarks/out/<name>.json`` and the plot
-    ``<out>/img/<name>.png``; returns both paths."""
-    result["machine"]["loadavg_at_end"] = list(os.getloadavg())
-    json_path = write_json(f"{name}.json", result)
-    png = img_path(resolve_out(out), f"{name}.png")
+    """Stamp the end load, write ``benchmarks/out/<name>.json`` (with
+    ``--smoke``: ``<out>/<name>.json``) and the plot ``<out>/img/<name>.png``,
+    say so; returns both paths."""
+    result.setdefault("machine", machine())["loadavg_at_end"] = list(os.getloadavg())
+    json_path = write_json(f"{name}.json", result, json_folder(args))
+    png = img_path(resolve_out(args.out), f"{name}.png")
     plot(result, png)
+    console.print(f"wrote {json_path} and {png}")
     return json_path, png
+
+
+@contextmanager
+def figure(
+    path: Path, nrows: int = 1, ncols: int = 1, **subplots: Any
+) -> Iterator[tuple[Any, Any]]:
+    """``(fig, axes)`` of matplotlib's ``subplots`` (no display needed),
+    laid out and saved to ``path`` on leaving, then closed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(nrows, ncols, **subplots)
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """Print a table (cells already formatted, e.g. by :func:`median_range`)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for column in columns:
+        t.add_column(column)
+    for row in rows:
+        t.add_row(*row)
+    console.print(t)
 
 
 def bars_with_range(

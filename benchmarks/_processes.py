@@ -35,18 +35,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from multikafka.core.retry import poll
+from multikafka.devstack import procfs
+
 if TYPE_CHECKING:
     from multikafka.devstack.processes import CoordinatorThread
     from multikafka.reader_agent import ReadTask
     from multikafka.v1 import reader_pb2
 
 logger = logging.getLogger(__name__)
-
-#: Clock ticks per second of /proc/<pid>/stat's CPU fields.
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# -- what a process holds -----------------------------------------------------------
 
 
 def raise_fd_limit() -> int:
@@ -60,53 +57,30 @@ def raise_fd_limit() -> int:
     return hard
 
 
-def cpu_s(pid: int | str = "self", tid: int | None = None) -> float:
-    """User + system CPU seconds of a process (or of one of its threads)."""
-    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
-    fields = Path(path).read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
 def thread_cpu_s(ident: int) -> float:
     """CPU seconds of one thread of this process (``Thread.ident``)."""
     return time.clock_gettime(time.pthread_getcpuclockid(ident))
 
 
-def usage(pid: int | str = "self") -> dict[str, float]:
-    """OS threads, open file descriptors, resident memory (MiB) and CPU
-    seconds of a process."""
-    rss_kib = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss_kib = int(line.split()[1])
-            break
-    return {
-        "os_threads": len(os.listdir(f"/proc/{pid}/task")),
-        "fds": len(os.listdir(f"/proc/{pid}/fd")),
-        "rss_mib": rss_kib / 1024,
-        "cpu_s": cpu_s(pid),
-    }
-
-
 def own_usage() -> dict[str, Any]:
-    """:func:`usage` of this process, with Python's view of its threads
+    """:func:`~multikafka.devstack.procfs.usage` of this process, with Python's view of its threads
     (how many, and how many of each name without its number)."""
     names: dict[str, int] = {}
     for t in threading.enumerate():
         name = t.name.rstrip("0123456789").rstrip("_-")
         names[name] = names.get(name, 0) + 1
-    return {**usage(), "py_threads": threading.active_count(), "thread_names": names}
+    return {**procfs.usage(), "py_threads": threading.active_count(), "thread_names": names}
 
 
 def trim() -> dict[str, float]:
     """RSS before and after ``gc.collect()`` and glibc's ``malloc_trim(0)``:
     memory the allocator keeps after it was freed is not a leak."""
-    before = usage()["rss_mib"]
+    before = procfs.memory_mib()
     gc.collect()
-    after_gc = usage()["rss_mib"]
+    after_gc = procfs.memory_mib()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    return {"rss_mib": before, "after_gc_mib": after_gc, "after_trim_mib": usage()["rss_mib"]}
+    return {"rss_mib": before, "after_gc_mib": after_gc, "after_trim_mib": procfs.memory_mib()}
 
 
 def own_connections() -> None:
@@ -399,8 +373,11 @@ class Remote:
         self.child.stop()
 
 
-class CoordinatorProcess(Remote):
-    """A coordinator in a process of its own (:func:`coordinator_main`)."""
+class ProbedCoordinator(Remote):
+    """A coordinator in a process of its own (:func:`coordinator_main`) that
+    answers questions about its insides (its reconcile latencies, state
+    sizes, loop CPU). Not the dev stack's ``CoordinatorProcess``, which runs
+    the ``multikafka coordinator`` command to be killed and frozen."""
 
     def __init__(self, etcd_url: str, **config: Any) -> None:
         super().__init__(Child("coordinator", coordinator_main, etcd_url, config))
@@ -536,11 +513,10 @@ def agents_main(conn: Connection, notify: Connection, own: bool, nice: int = 0) 
         return state["fleet"]  # type: ignore[no-any-return]
 
     def wait_applied(generation: int, timeout_s: float) -> int:
-        deadline = time.monotonic() + timeout_s
-        while fleet().lowest() < generation:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"agents did not apply generation {generation}")
-            time.sleep(0.01)
+        what = f"agents applying generation {generation}"
+        poll(
+            lambda: fleet().lowest() >= generation, timeout_s=timeout_s, what=what, interval_s=0.01
+        )
         return fleet().lowest()
 
     def read(tasks: list[ReadTask]) -> int:

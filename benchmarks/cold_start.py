@@ -40,7 +40,6 @@ Writes ``benchmarks/out/cold_start.json`` and ``<out>/img/cold_start.png``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import os
@@ -52,8 +51,10 @@ from typing import Any
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from benchmarks._common import (
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
     machine,
     median_range,
@@ -62,6 +63,7 @@ from benchmarks._common import (
     summary,
 )
 from benchmarks.latency import CLUSTERS, PARTITIONS, TOPIC, latency_stack
+from multikafka.core.retry import poll
 from multikafka.devstack.feed import fence
 from multikafka.reader_agent import startup
 
@@ -144,13 +146,14 @@ def register_floor_source(spark: Any) -> None:
 def _first_batch(query: Any, timeout_s: float = 10.0) -> dict[str, int]:
     """Spark's durations of the query's first micro-batch that had rows
     (reported once the micro-batch ended, after ``foreachBatch``)."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        for p in query.recentProgress:
-            if p.numInputRows:
-                return dict(p.durationMs)
-        time.sleep(0.05)
-    return {}
+
+    def first() -> dict[str, int] | None:
+        return next((dict(p.durationMs) for p in query.recentProgress if p.numInputRows), None)
+
+    try:
+        return poll(first, timeout_s=timeout_s, what="a micro-batch with rows")
+    except TimeoutError:
+        return {}
 
 
 def _ends(bootstraps: dict[str, str]) -> dict[str, dict[str, list[int]]]:
@@ -240,9 +243,7 @@ def _in_child(source: str, address: str, bootstraps: dict[str, str], idle_s: flo
             arrive_at = time.time()
             producers[0].produce(TOPIC, b"cold", key=b"cold", partition=0)
             producers[0].flush(10)
-        deadline = time.time() + 120
-        while "first" not in seen and time.time() < deadline:
-            time.sleep(0.005)
+        poll(lambda: "first" in seen, timeout_s=120, what="the first record", interval_s=0.005)
         first_s = seen["first"] - arrive_at
         phases = _first_batch(query)
         query.stop()
@@ -337,40 +338,30 @@ def report(result: dict[str, Any]) -> None:
 
 
 def plot(result: dict[str, Any], path: Any) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (cold, an) = plt.subplots(1, 2, figsize=(10, 4))
-    colors = ["tab:gray", "tab:blue"]
-    bars_with_range(
-        cold,
-        SOURCES,
-        [result["summary"][s]["first_record_s"] for s in SOURCES],
-        label="first record, arrival -> foreachBatch (s)",
-        colors=colors,
-    )
-    cold.set_title("cold first record (fresh session)")
-    bars_with_range(
-        an,
-        SOURCES,
-        [result["summary"][s]["available_now_s"] for s in SOURCES],
-        label="start -> termination (s)",
-        colors=colors,
-    )
-    an.set_title(f"Trigger.AvailableNow, {result['records']:,} records (warm session)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, 1, 2, figsize=(10, 4)) as (_fig, (cold, an)):
+        colors = ["tab:gray", "tab:blue"]
+        bars_with_range(
+            cold,
+            SOURCES,
+            [result["summary"][s]["first_record_s"] for s in SOURCES],
+            label="first record, arrival -> foreachBatch (s)",
+            colors=colors,
+        )
+        cold.set_title("cold first record (fresh session)")
+        bars_with_range(
+            an,
+            SOURCES,
+            [result["summary"][s]["available_now_s"] for s in SOURCES],
+            label="start -> termination (s)",
+            colors=colors,
+        )
+        an.set_title(f"Trigger.AvailableNow, {result['records']:,} records (warm session)")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = Arguments(__doc__, smoke={"repeat": 1, "records": 1_000}, repeat=3)
     parser.add_argument("--idle", type=float, default=8.0)
     parser.add_argument("--records", type=int, default=10_000)
-    parser.add_argument("--out", default="docs")
     args = parser.parse_args()
     quiet_logs()
     result: dict[str, Any] = {
@@ -402,9 +393,8 @@ def main() -> None:
         "cold_goal_met": added <= GOAL_COLD_S,
         "available_now_ratio": mk["available_now_s"]["median"] / floor["available_now_s"]["median"],
     }
-    json_path, png = finish("cold_start", result, args.out, plot)
+    finish("cold_start", result, args, plot)
     report(result)
-    console.print(f"wrote {json_path} and {png}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ round against that round's ``raw``. Results go to
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import gc
 import json
@@ -39,16 +38,17 @@ from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Message
-from rich.table import Table
 
 from benchmarks._common import (
+    Arguments,
     bars_with_range,
-    console,
+    figure,
     finish,
     machine,
     median_range,
     progress_bar,
     summary,
+    table,
 )
 from multikafka.reader_agent import arrow
 from multikafka.reader_agent.payloads import PayloadDecoding
@@ -164,42 +164,32 @@ def measure(records: int, batch: int, repeat: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     variants = list(result["variants"])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, key, label in (
-        (axes[0], "records_per_s", "records/s (wall)"),
-        (axes[1], "cpu_s_per_million", "CPU s per million records"),
-    ):
-        bars_with_range(
-            ax,
-            variants,
-            [result["variants"][v][key] for v in variants],
-            label=label,
-            colors=["#888", "#6a9", "#36c", "#c63", "#aaa"],
-            log=key == "records_per_s",
+    with figure(path, 1, 2, figsize=(12, 4.5)) as (fig, axes):
+        for ax, key, label in (
+            (axes[0], "records_per_s", "records/s (wall)"),
+            (axes[1], "cpu_s_per_million", "CPU s per million records"),
+        ):
+            bars_with_range(
+                ax,
+                variants,
+                [result["variants"][v][key] for v in variants],
+                label=label,
+                colors=["#888", "#6a9", "#36c", "#c63", "#aaa"],
+                log=key == "records_per_s",
+            )
+            ax.tick_params(axis="x", rotation=20)
+        p = result["params"]
+        fig.suptitle(
+            f"Decoding ~{p['value_bytes']} B JSON values (5 fields), {p['records']:,} records in batches "
+            f"of {p['batch']:,}; median and min-max of {p['repeat']} rounds"
         )
-        ax.tick_params(axis="x", rotation=20)
-    p = result["params"]
-    fig.suptitle(
-        f"Decoding ~{p['value_bytes']} B JSON values (5 fields), {p['records']:,} records in batches "
-        f"of {p['batch']:,}; median and min-max of {p['repeat']} rounds"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(__doc__, smoke={"records": 20_000, "batch": 5_000, "repeat": 3}, repeat=5)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", default="docs")
     args = parser.parse_args(argv)
     if args.repeat < 3:
         parser.error("--repeat must be at least 3")
@@ -215,19 +205,20 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     result.update(measure(args.records, args.batch, args.repeat))
-    json_path, png = finish("decode", result, args.out, plot)
-    table = Table(title="Payload decoding (median \\[min-max])")
-    for col in ("variant", "records/s", "CPU s / M records", "CPU x raw"):
-        table.add_column(col)
-    for variant, v in result["variants"].items():
-        table.add_row(
-            variant,
-            median_range(v["records_per_s"], "{:,.0f}"),
-            median_range(v["cpu_s_per_million"], "{:.2f}"),
-            median_range(v["cpu_ratio_to_raw"], "{:.2f}"),
-        )
-    console.print(table)
-    console.print(f"wrote {json_path} and {png}")
+    finish("decode", result, args, plot)
+    table(
+        "Payload decoding (median \\[min-max])",
+        ("variant", "records/s", "CPU s / M records", "CPU x raw"),
+        (
+            (
+                variant,
+                median_range(v["records_per_s"], "{:,.0f}"),
+                median_range(v["cpu_s_per_million"], "{:.2f}"),
+                median_range(v["cpu_ratio_to_raw"], "{:.2f}"),
+            )
+            for variant, v in result["variants"].items()
+        ),
+    )
     return 0
 
 

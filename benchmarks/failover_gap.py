@@ -23,7 +23,6 @@ batch and cluster around one failover, ``<out>/img/failover_timeline.png``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import threading
@@ -37,18 +36,22 @@ from typing import Any
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from benchmarks._common import (
+    Arguments,
     console,
+    figure,
     img_path,
+    json_folder,
     machine,
     percentile,
     quiet_logs,
     resolve_out,
     summary,
-    wait_until,
     write_json,
 )
 from multikafka.core.admin_client import AdminClient
-from multikafka.devstack.feed import is_stream_key, sequence_report
+from multikafka.core.retry import poll
+from multikafka.devstack.counts import sequence_report
+from multikafka.devstack.feed import is_stream_key
 from multikafka.devstack.mirror import Mm2Copy, mirrored_stream
 from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX, read_again
 from multikafka.devstack.spark import local_spark
@@ -175,13 +178,13 @@ def one_run(
     feed = stream.feed("r", chunk=100, pause_s=0.05)
     feed.start()
     try:
-        wait_until(
+        poll(
             lambda: (
                 _alive(query) and run.rows_from("primary") > min_rows and run.caught_up("primary")
             ),
-            120,
-            "the query catching up with the primary",
-            0.02,
+            timeout_s=120,
+            what="the query catching up with the primary",
+            interval_s=0.02,
         )
         cut = feed.route([mirror.bootstrap])
         primary.process.kill()
@@ -195,19 +198,19 @@ def one_run(
                 strategy=strategy,
                 margin_ms=None if strategy == "identity" else margin_ms,
             )
-        wait_until(
+        poll(
             lambda: _alive(query) and run.rows_from("mirror") > 0,
-            120,
-            "a record from the mirror",
-            0.02,
+            timeout_s=120,
+            what="a record from the mirror",
+            interval_s=0.02,
         )
         time.sleep(3)
         total = feed.stop()
-        wait_until(
+        poll(
             lambda: len(set(run.keys)) >= total,
-            120,
-            "every record read",
-            0.02,
+            timeout_s=120,
+            what="every record read",
+            interval_s=0.02,
         )
     finally:
         query.stop()
@@ -299,37 +302,28 @@ def _mm2_expectation(copy: Mm2Copy, topic: str, run: Run, history: Sequence[Any]
 
 
 def plot(run: Run, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     t0 = run.killed_at
-    fig, ax = plt.subplots(figsize=(8, 3.5))
-    for cluster, colour in (("primary", "tab:blue"), ("mirror", "tab:orange")):
-        pts = [(t - t0, c.get(cluster, 0)) for t, c in run.batches if -2 < t - t0 < 5]
-        ax.bar(
-            [p[0] for p in pts],
-            [p[1] for p in pts],
-            width=0.08,
-            color=colour,
-            label=f"rows from {cluster}",
-        )
-    ax.axvline(0, color="red", linestyle="--", label="primary killed")
-    if run.failover_at:
-        ax.axvline(run.failover_at - t0, color="black", linestyle=":", label="failover call")
-    ax.set_xlabel("seconds since the primary was killed")
-    ax.set_ylabel("rows per micro-batch")
-    ax.set_title(f"one query across a failover ({run.mode})")
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with figure(path, figsize=(8, 3.5)) as (_fig, ax):
+        for cluster, colour in (("primary", "tab:blue"), ("mirror", "tab:orange")):
+            pts = [(t - t0, c.get(cluster, 0)) for t, c in run.batches if -2 < t - t0 < 5]
+            ax.bar(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                width=0.08,
+                color=colour,
+                label=f"rows from {cluster}",
+            )
+        ax.axvline(0, color="red", linestyle="--", label="primary killed")
+        if run.failover_at:
+            ax.axvline(run.failover_at - t0, color="black", linestyle=":", label="failover call")
+        ax.set_xlabel("seconds since the primary was killed")
+        ax.set_ylabel("rows per micro-batch")
+        ax.set_title(f"one query across a failover ({run.mode})")
+        ax.legend(loc="upper left", fontsize=8)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
+    parser = Arguments(__doc__, smoke={"repeat": 1}, repeat=3)
     args = parser.parse_args()
     quiet_logs()
     out = resolve_out(args.out)
@@ -362,7 +356,9 @@ def main() -> None:
         for mode in ("admin", "automatic")
     }
     path = write_json(
-        "failover_gap.json", {"machine": machine(), "runs": results, "summary": per_mode}
+        "failover_gap.json",
+        {"machine": machine(), "runs": results, "summary": per_mode},
+        json_folder(args),
     )
     console.print(per_mode)
     console.print(f"wrote {path}")

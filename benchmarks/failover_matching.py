@@ -33,7 +33,6 @@ import os
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-import argparse
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -42,8 +41,10 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from benchmarks._common import (
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
     machine,
     progress_bar,
@@ -184,34 +185,25 @@ def one_run(
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     per = result["summary"]
-    fig, (wall, cpu) = plt.subplots(1, 2, figsize=(9, 3.6))
-    colors = ["tab:green", "tab:gray"]
-    bars_with_range(
-        wall, VARIANTS, [per[v]["wall_s"] for v in VARIANTS], label="seconds", colors=colors
-    )
-    wall.set_title(
-        f"failover of {result['partitions']:,} partitions: LatestOffsets wall time", fontsize=9
-    )
-    bars_with_range(
-        cpu, VARIANTS, [per[v]["cpu_s"] for v in VARIANTS], label="CPU seconds", colors=colors
-    )
-    cpu.set_title("coordinator CPU (process, during the call)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with figure(path, 1, 2, figsize=(9, 3.6)) as (_fig, (wall, cpu)):
+        colors = ["tab:green", "tab:gray"]
+        bars_with_range(
+            wall, VARIANTS, [per[v]["wall_s"] for v in VARIANTS], label="seconds", colors=colors
+        )
+        wall.set_title(
+            f"failover of {result['partitions']:,} partitions: LatestOffsets wall time", fontsize=9
+        )
+        bars_with_range(
+            cpu, VARIANTS, [per[v]["cpu_s"] for v in VARIANTS], label="CPU seconds", colors=colors
+        )
+        cpu.set_title("coordinator CPU (process, during the call)", fontsize=9)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Arguments(__doc__, smoke={"partitions": 20, "repeat": 1}, repeat=3)
     parser.add_argument("--partitions", type=int, default=1000)
     parser.add_argument("--records", type=int, default=200, help="per partition")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
     args = parser.parse_args()
     quiet_logs()
     position = args.records * 3 // 4
@@ -258,10 +250,9 @@ def main() -> None:
         "summary": per,
         "matched_over_estimate": ratios,
     }
-    json_path, png = finish("failover_matching", result, args.out, plot)
+    finish("failover_matching", result, args, plot)
     console.print(per)
     console.print(f"matched / estimate: {ratios}")
-    console.print(f"wrote {json_path} and {png}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ non-zero when a record is lost or read twice. Writes
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from contextlib import ExitStack
@@ -40,8 +39,10 @@ from typing import Any
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from benchmarks._common import (
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
     machine,
     progress_bar,
@@ -90,48 +91,45 @@ def _mm2_line(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     labels = [c[0] for c in CASES]
     per_case = result["summary"]
     colors = ["tab:orange", "tab:blue", "tab:cyan", "tab:green"]
-    fig, (dup, gap) = plt.subplots(1, 2, figsize=(10, 3.8))
-    # log scale: a 0 is drawn at 0.5
-    estimates = [
-        {k: max(v, 0.5) for k, v in per_case[c]["estimate_would_read_twice"].items() if k != "n"}
-        for c in labels
-    ]
-    bars_with_range(
-        dup,
-        labels,
-        estimates,
-        label="records read twice per failover",
-        colors=["lightgray"] * len(labels),
-        log=True,
-    )
-    for x, label in enumerate(labels):  # each run: read twice, with matching
-        mine = [r for r in result["runs"] if r["case"] == label]
-        dup.scatter([x] * len(mine), [max(r["duplicates"], 0.5) for r in mine], color="black", s=12)
-    dup.set_title(
-        "read twice: bars, the estimate alone; dots, each run (0 drawn at 0.5)", fontsize=9
-    )
-    bars_with_range(
-        gap, labels, [per_case[c]["gap_s"] for c in labels], label="seconds", colors=colors
-    )
-    gap.set_title("failover call -> first mirror row")
-    for ax in (dup, gap):
-        ax.tick_params(axis="x", labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with figure(path, 1, 2, figsize=(10, 3.8)) as (_fig, (dup, gap)):
+        # log scale: a 0 is drawn at 0.5
+        estimates = [
+            {
+                k: max(v, 0.5)
+                for k, v in per_case[c]["estimate_would_read_twice"].items()
+                if k != "n"
+            }
+            for c in labels
+        ]
+        bars_with_range(
+            dup,
+            labels,
+            estimates,
+            label="records read twice per failover",
+            colors=["lightgray"] * len(labels),
+            log=True,
+        )
+        for x, label in enumerate(labels):  # each run: read twice, with matching
+            mine = [r for r in result["runs"] if r["case"] == label]
+            dup.scatter(
+                [x] * len(mine), [max(r["duplicates"], 0.5) for r in mine], color="black", s=12
+            )
+        dup.set_title(
+            "read twice: bars, the estimate alone; dots, each run (0 drawn at 0.5)", fontsize=9
+        )
+        bars_with_range(
+            gap, labels, [per_case[c]["gap_s"] for c in labels], label="seconds", colors=colors
+        )
+        gap.set_title("failover call -> first mirror row")
+        for ax in (dup, gap):
+            ax.tick_params(axis="x", labelsize=8)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default="docs", help="docs directory (plot goes to <out>/img)")
+    parser = Arguments(__doc__, smoke={"repeat": 1}, repeat=3)
     args = parser.parse_args()
     quiet_logs()
     runs: list[dict[str, Any]] = []
@@ -178,14 +176,13 @@ def main() -> None:
         }
         for label, _, _ in CASES
     }
-    json_path, png = finish(
+    finish(
         "failover_precision",
         {"machine": machine(), "margin_ms": MARGIN_MS, "runs": runs, "summary": per_case},
-        args.out,
+        args,
         plot,
     )
     console.print(per_case)
-    console.print(f"wrote {json_path} and {png}")
     lost = sum(r["lost"] for r in runs)
     over = [r["case"] for r in runs if not r["within_allowed"]]
     if lost or over:

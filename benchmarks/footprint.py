@@ -30,7 +30,6 @@ Results go to ``benchmarks/out/footprint.json`` and ``<out>/img/footprint.png``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -44,8 +43,10 @@ from rich.table import Table
 
 from benchmarks._common import (
     ROOT,
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
     machine,
     median_range,
@@ -132,7 +133,7 @@ def build(tmp: Path, baseline: str) -> tuple[Path, Path]:
     return new, old
 
 
-def measure(baseline: str, repeat: int) -> dict[str, Any]:
+def measure(baseline: str, repeat: int, deployables: list[str]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "machine": machine(),
         "baseline": baseline,
@@ -143,7 +144,7 @@ def measure(baseline: str, repeat: int) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory() as tmp_name, progress_bar() as progress:
         tmp = Path(tmp_name)
-        task = progress.add_task("footprint", total=2 + 2 * len(DEPLOYABLES), note="wheels")
+        task = progress.add_task("footprint", total=2 + 2 * len(deployables), note="wheels")
         wheels = build(tmp, baseline)
         progress.advance(task)
         empty = tmp / "empty"
@@ -151,7 +152,8 @@ def measure(baseline: str, repeat: int) -> dict[str, Any]:
         base_mb = _size_mb(_site_packages(empty))
         progress.advance(task)
         envs: dict[tuple[str, str], Env] = {}
-        for name, requirements in DEPLOYABLES.items():
+        for name in deployables:
+            requirements = DEPLOYABLES[name]
             for when, requirement, found in zip(
                 ("now", "before"), requirements, wheels, strict=True
             ):
@@ -166,15 +168,16 @@ def measure(baseline: str, repeat: int) -> dict[str, Any]:
                 }
                 progress.advance(task)
         timing = progress.add_task("imports", total=repeat, note="")
+        entry_points = {w: e for w, e in ENTRY_POINTS.items() if e[0] in deployables}
         samples: dict[str, dict[str, list[float]]] = {
-            what: {"now": [], "before": []} for what in ENTRY_POINTS
+            what: {"now": [], "before": []} for what in entry_points
         }
         for _ in range(repeat):  # alternating, so both see the same machine
-            for what, (name, now, before) in ENTRY_POINTS.items():
+            for what, (name, now, before) in entry_points.items():
                 samples[what]["now"].append(envs[(name, "now")].import_ms(now))
                 samples[what]["before"].append(envs[(name, "before")].import_ms(before))
             progress.advance(timing)
-        for what, (_, now, before) in ENTRY_POINTS.items():
+        for what, (_, now, before) in entry_points.items():
             result["imports"][what] = {
                 "now": {"module": now, "ms": summary(samples[what]["now"])},
                 "before": {"module": before, "ms": summary(samples[what]["before"])},
@@ -187,56 +190,52 @@ def measure(baseline: str, repeat: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (sizes, times) = plt.subplots(1, 2, figsize=(11, 4.2))
-    names = list(result["deployables"])
-    width = 0.38
-    for i, when in enumerate(("before", "now")):
-        values = [result["deployables"][n][when]["installed_mb"] for n in names]
-        xs = [x + (i - 0.5) * width for x in range(len(names))]
-        sizes.bar(
-            xs,
-            values,
-            width,
-            label=f"{when} ({result['baseline'] if when == 'before' else result['head']})",
+    with figure(png, 1, 2, figsize=(11, 4.2)) as (fig, (sizes, times)):
+        names = list(result["deployables"])
+        width = 0.38
+        for i, when in enumerate(("before", "now")):
+            values = [result["deployables"][n][when]["installed_mb"] for n in names]
+            xs = [x + (i - 0.5) * width for x in range(len(names))]
+            sizes.bar(
+                xs,
+                values,
+                width,
+                label=f"{when} ({result['baseline'] if when == 'before' else result['head']})",
+            )
+            for x, v in zip(xs, values, strict=True):
+                sizes.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+        sizes.set_xticks(range(len(names)), names)
+        sizes.set_ylabel("installed MB (site-packages beyond pip)")
+        sizes.set_title("installed size per deployable")
+        sizes.legend()
+        sizes.grid(axis="y", alpha=0.3)
+        labels, stats = [], []
+        for what, r in result["imports"].items():
+            for when in ("before", "now"):
+                labels.append(f"{what}\n{when}")
+                stats.append(r[when]["ms"])
+        bars_with_range(
+            times,
+            labels,
+            stats,
+            label="import time, ms (median, min-max)",
+            colors=["tab:blue", "tab:orange"] * len(result["imports"]),
         )
-        for x, v in zip(xs, values, strict=True):
-            sizes.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
-    sizes.set_xticks(range(len(names)), names)
-    sizes.set_ylabel("installed MB (site-packages beyond pip)")
-    sizes.set_title("installed size per deployable")
-    sizes.legend()
-    sizes.grid(axis="y", alpha=0.3)
-    labels, stats = [], []
-    for what, r in result["imports"].items():
-        for when in ("before", "now"):
-            labels.append(f"{what}\n{when}")
-            stats.append(r[when]["ms"])
-    bars_with_range(
-        times,
-        labels,
-        stats,
-        label="import time, ms (median, min-max)",
-        colors=["tab:blue", "tab:orange"] * len(result["imports"]),
-    )
-    times.set_title("cold import of the entry point")
-    fig.suptitle(f"Deployables before ({result['baseline']}) and now ({result['head']})")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+        times.set_title("cold import of the entry point")
+        fig.suptitle(f"Deployables before ({result['baseline']}) and now ({result['head']})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(__doc__, smoke={"repeat": 1, "deployables": "coordinator"}, repeat=15)
     parser.add_argument("--baseline", default=BASELINE, help="git ref measured as 'before'")
-    parser.add_argument("--repeat", type=int, default=15, help="import timings per module")
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
+    parser.add_argument(
+        "--deployables", default=",".join(DEPLOYABLES), help="which, comma-separated"
+    )
     args = parser.parse_args(argv)
-    result = measure(args.baseline, args.repeat)
-    json_path, png = finish("footprint", result, args.out, plot)
+    if unknown := set(args.deployables.split(",")) - set(DEPLOYABLES):
+        parser.error(f"--deployables: unknown {', '.join(sorted(unknown))}")
+    result = measure(args.baseline, args.repeat, args.deployables.split(","))
+    finish("footprint", result, args, plot)
     table = Table(title="installed size, MB (beyond an empty venv)")
     for col in ("deployable", "before", "now", "now / before", "heavy before", "heavy now"):
         table.add_column(col)
@@ -262,7 +261,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['ratio']:.2f}",
         )
     console.print(times)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -37,7 +37,6 @@ commit log write). Medians with [min - max] over the rounds. Writes
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import threading
@@ -54,7 +53,9 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from benchmarks._common import (
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     percentile,
@@ -62,7 +63,7 @@ from benchmarks._common import (
     quiet_logs,
     summary,
 )
-from benchmarks._processes import CoordinatorProcess
+from benchmarks._processes import ProbedCoordinator
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.spark import local_spark
@@ -322,7 +323,7 @@ def latency_stack() -> Iterator[tuple[LocalStack, str]]:
     """etcd, two clusters, and a coordinator in a process of its own, as in
     production (in this process it would share the GIL with the sink)."""
     with local_stack(CLUSTERS, coordinator_listen=None) as stack:
-        coordinator = CoordinatorProcess(stack.etcd.url).start()
+        coordinator = ProbedCoordinator(stack.etcd.url).start()
         try:
             with AdminClient(coordinator.address) as admin:
                 for name in CLUSTERS:
@@ -406,39 +407,30 @@ def one_round(spark: Any, rate: int, seconds: float, i: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     hist = result["rounds"][0]["hist"]
-    fig, ax = plt.subplots(figsize=(8, 3.8))
-    top = max(max(hist["multikafka"], default=1), 1)
-    bins = [i * top / 60 for i in range(61)]
-    for name, colour in (
-        ("consumer", "tab:gray"),
-        ("python", "tab:green"),
-        ("multikafka", "tab:blue"),
-    ):
-        ax.hist(hist[name], bins=bins, alpha=0.6, color=colour, label=name)
-    s = result["summary"]["multikafka"]
-    ax.axvline(s["p50_ms"]["median"], color="black", linestyle="--", label="multikafka p50")
-    ax.axvline(s["p99_ms"]["median"], color="red", linestyle="--", label="multikafka p99")
-    ax.set_xlabel("produce -> sink latency (ms)")
-    ax.set_ylabel("records")
-    ax.set_yscale("log")
-    ax.set_title(f"latency at {result['rate']} records/s, default trigger (round 1)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with figure(path, figsize=(8, 3.8)) as (_fig, ax):
+        top = max(max(hist["multikafka"], default=1), 1)
+        bins = [i * top / 60 for i in range(61)]
+        for name, colour in (
+            ("consumer", "tab:gray"),
+            ("python", "tab:green"),
+            ("multikafka", "tab:blue"),
+        ):
+            ax.hist(hist[name], bins=bins, alpha=0.6, color=colour, label=name)
+        s = result["summary"]["multikafka"]
+        ax.axvline(s["p50_ms"]["median"], color="black", linestyle="--", label="multikafka p50")
+        ax.axvline(s["p99_ms"]["median"], color="red", linestyle="--", label="multikafka p99")
+        ax.set_xlabel("produce -> sink latency (ms)")
+        ax.set_ylabel("records")
+        ax.set_yscale("log")
+        ax.set_title(f"latency at {result['rate']} records/s, default trigger (round 1)")
+        ax.legend(fontsize=8)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Arguments(__doc__, smoke={"seconds": 3.0, "repeat": 1}, repeat=3)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--rate", type=int, default=440)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--out", default="docs")
     args = parser.parse_args(argv)
     quiet_logs()
     rounds: list[dict[str, Any]] = []
@@ -485,9 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": rounds,
         "summary": summ,
     }
-    json_path, png = finish("latency", result, args.out, plot)
+    finish("latency", result, args, plot)
     console.print(summ)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -54,16 +54,18 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from benchmarks._common import (
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     median_range,
     progress_bar,
     quiet_logs,
     summary,
-    wait_until,
 )
-from benchmarks._processes import AgentsProcess, CoordinatorProcess, raise_fd_limit
+from benchmarks._processes import AgentsProcess, ProbedCoordinator, raise_fd_limit
+from multikafka.core.retry import poll
 
 if TYPE_CHECKING:
     from multikafka.core.admin_client import AdminClient
@@ -84,7 +86,7 @@ RESOURCES = ("os_threads", "py_threads", "fds", "rss_mib")
 @dataclass
 class Round:
     stack: LocalStack
-    coordinator: CoordinatorProcess
+    coordinator: ProbedCoordinator
     agent: AgentsProcess
     admin: AdminClient
     args: argparse.Namespace
@@ -137,7 +139,7 @@ class Round:
                 t["applied"] >= info.generation and (stream, "b") not in map(tuple, t["tracked"])
             )
 
-        wait_until(applied, 30, "the agent applied the removal")
+        poll(applied, timeout_s=30, what="the agent applied the removal")
 
     def tasks(self, stream: str) -> list[ReadTask]:
         """Plan the whole stream (earliest to latest) as Spark would."""
@@ -233,10 +235,10 @@ class Round:
             )
         for call in calls:
             call.cancel()
-        wait_until(
+        poll(
             lambda: len(self.admin.readers()) <= known,
-            30 + self.args.ttl * 3,
-            "the silent agents expired",
+            timeout_s=30 + self.args.ttl * 3,
+            what="the silent agents expired",
             interval_s=0.2,
         )
 
@@ -278,7 +280,7 @@ def run_round(
 
     with ExitStack() as cleanup:
         task = progress.add_task(f"round {index + 1}: starting", total=None, note="")
-        coordinator = CoordinatorProcess(
+        coordinator = ProbedCoordinator(
             stack.etcd.url,
             etcd_prefix=f"/leaks-{index}",
             reader_ttl_s=args.ttl,
@@ -295,10 +297,10 @@ def run_round(
         cleanup.callback(channel.close)
         r.expiry_stub = reader_pb2_grpc.ReaderStub(channel)
         reader = cleanup.enter_context(raw_reader(coordinator.address, "leak-reporter"))
-        wait_until(
+        poll(
             lambda: agent_id in {x.agent_id for x in admin.readers() if x.subscribed},
-            30,
-            "the agent subscribed",
+            timeout_s=30,
+            what="the agent subscribed",
         )
         # A stream that stays: the expiring agents report stats and reads of it.
         a = stack.clusters["a"]
@@ -493,70 +495,68 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = (
         ("os_threads", "OS threads"),
         ("fds", "open file descriptors"),
         ("rss_mib", "RSS (MiB)"),
     )
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
-    for row, proc in enumerate(("agent", "coordinator")):
-        for col, (res, title) in enumerate(panels):
-            ax = axes[row][col]
-            for i, rnd in enumerate(result["rounds"]):
-                if proc == "agent":
-                    samples = [s for s in rnd["samples"] if s["phase"] in ("baseline", "agent")]
-                    xs = [s["cycle"] for s in samples]
-                else:
-                    samples = rnd["samples"]
-                    xs = list(range(len(samples)))
-                ys = [s[proc][res] for s in samples]
-                color = colors[i % len(colors)]
-                ax.plot(xs, ys, "-", color=color, lw=1, label=f"round {i + 1}")
-                if res == "os_threads":
-                    py = [s[proc]["py_threads"] for s in samples]
-                    ax.plot(xs, py, ":", color=color, lw=1, label=f"round {i + 1}, Python threads")
-                base = rnd["baseline"][proc][res]
-                ax.axhspan(base * (1 - TOLERANCE), base * (1 + TOLERANCE), color=color, alpha=0.08)
-                if res == "rss_mib":
-                    trimmed = [
-                        rnd["baseline"][proc]["trim"]["after_trim_mib"],
-                        rnd["end"][proc]["trim"]["after_trim_mib"],
-                    ]
-                    ax.plot(
-                        [xs[0], xs[-1]],
-                        trimmed,
-                        "x",
-                        color=color,
-                        ms=8,
-                        label=f"round {i + 1}, after gc + malloc_trim",
+    with figure(path, 2, 3, figsize=(15, 7.5)) as (fig, axes):
+        colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"]
+        for row, proc in enumerate(("agent", "coordinator")):
+            for col, (res, title) in enumerate(panels):
+                ax = axes[row][col]
+                for i, rnd in enumerate(result["rounds"]):
+                    if proc == "agent":
+                        samples = [s for s in rnd["samples"] if s["phase"] in ("baseline", "agent")]
+                        xs = [s["cycle"] for s in samples]
+                    else:
+                        samples = rnd["samples"]
+                        xs = list(range(len(samples)))
+                    ys = [s[proc][res] for s in samples]
+                    color = colors[i % len(colors)]
+                    ax.plot(xs, ys, "-", color=color, lw=1, label=f"round {i + 1}")
+                    if res == "os_threads":
+                        py = [s[proc]["py_threads"] for s in samples]
+                        ax.plot(
+                            xs, py, ":", color=color, lw=1, label=f"round {i + 1}, Python threads"
+                        )
+                    base = rnd["baseline"][proc][res]
+                    ax.axhspan(
+                        base * (1 - TOLERANCE), base * (1 + TOLERANCE), color=color, alpha=0.08
                     )
-            if proc == "agent":
-                ax.set_xlabel("cluster add/remove cycles")
-            else:
-                rnd = result["rounds"][0]
-                bounds, last = [], None
-                for j, s in enumerate(rnd["samples"]):
-                    if s["phase"] != last:
-                        bounds.append((j, s["phase"]))
-                        last = s["phase"]
-                for j, name in bounds[1:]:
-                    ax.axvline(j - 0.5, color="#7f7f7f", lw=0.6, ls="--")
-                    ax.text(j, ax.get_ylim()[1], f" {name}", va="top", fontsize=7, color="#555555")
-                ax.set_xlabel("samples: streams put/deleted, then agents registered/expired")
-            ax.set_title(f"{proc} process: {title}")
-            ax.grid(alpha=0.3)
-            if col == 0:
-                ax.legend(fontsize=6)
-    fig.suptitle("leaks: each resource vs cycle (shaded: baseline +/- 5 %)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+                    if res == "rss_mib":
+                        trimmed = [
+                            rnd["baseline"][proc]["trim"]["after_trim_mib"],
+                            rnd["end"][proc]["trim"]["after_trim_mib"],
+                        ]
+                        ax.plot(
+                            [xs[0], xs[-1]],
+                            trimmed,
+                            "x",
+                            color=color,
+                            ms=8,
+                            label=f"round {i + 1}, after gc + malloc_trim",
+                        )
+                if proc == "agent":
+                    ax.set_xlabel("cluster add/remove cycles")
+                else:
+                    rnd = result["rounds"][0]
+                    bounds, last = [], None
+                    for j, s in enumerate(rnd["samples"]):
+                        if s["phase"] != last:
+                            bounds.append((j, s["phase"]))
+                            last = s["phase"]
+                    for j, name in bounds[1:]:
+                        ax.axvline(j - 0.5, color="#7f7f7f", lw=0.6, ls="--")
+                        ax.text(
+                            j, ax.get_ylim()[1], f" {name}", va="top", fontsize=7, color="#555555"
+                        )
+                    ax.set_xlabel("samples: streams put/deleted, then agents registered/expired")
+                ax.set_title(f"{proc} process: {title}")
+                ax.grid(alpha=0.3)
+                if col == 0:
+                    ax.legend(fontsize=6)
+        fig.suptitle("leaks: each resource vs cycle (shaded: baseline +/- 5 %)")
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -613,7 +613,11 @@ def print_summary(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(
+        __doc__,
+        smoke={"agent_cycles": 3, "stream_cycles": 20, "expiry_cycles": 50, "repeat": 1},
+        repeat=3,
+    )
     parser.add_argument("--agent-cycles", type=int, default=100, help="cluster add/remove cycles")
     parser.add_argument("--stream-cycles", type=int, default=1000, help="stream put/delete cycles")
     parser.add_argument("--expiry-cycles", type=int, default=1000, help="agents registered/expired")
@@ -622,8 +626,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--batch", type=int, default=50, help="agents registered per expiry batch")
     parser.add_argument("--ttl", type=float, default=2.0, help="the coordinator's reader TTL, s")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds (fresh processes each)")
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     if (
         min(
@@ -655,9 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     console.rule("[bold]multikafka leaks")
     result.update(run(args))
-    json_path, png = finish("leaks", result, args.out, plot)
+    finish("leaks", result, args, plot)
     print_summary(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0 if result["summary"]["ok"] else 1
 
 

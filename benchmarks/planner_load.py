@@ -90,13 +90,14 @@ from rich.table import Table
 from benchmarks._common import (
     OUT_DIR,
     ROOT,
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     percentile,
     progress_bar,
     quiet_logs,
-    wait_until,
 )
 from benchmarks.splits_scale import (
     WATERMARK_AGE_VARIABLE,
@@ -107,6 +108,7 @@ from benchmarks.splits_scale import (
     py_spy,
     spy_top,
 )
+from multikafka.core.retry import poll
 
 STREAM = "load"
 TOPICS = 5
@@ -521,65 +523,62 @@ def run_load(
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = [r for r in result["runs"] if not r["saturated"]]
     ns = [r["queries"] for r in runs]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    left.plot(ns, [r["cpu_ms_per_trigger"] for r in runs], "o-", label="coordinator process")
-    left.plot(ns, [r["net_cpu_ms_per_trigger"] for r in runs], "o--", label="above its idle CPU")
-    for key, marker, color, label in (
-        ("floor", "s", "tab:green", "floor: one gRPC ping"),
-        ("echo", "v", "tab:olive", "floor: a message on a bare server's stream"),
-    ):
-        points = result.get(key, [])
-        if points:
-            left.plot(
-                [f["queries"] for f in points],
-                [f["net_cpu_ms_per_trigger"] for f in points],
-                marker,
-                color=color,
-                label=label,
-            )
-    handler = result.get("handler")
-    if handler:
-        left.axhline(
-            handler["us_per_call"] / 1000,
-            color="tab:purple",
-            ls=":",
-            label="the Planner alone, calls back to back (in-process)",
-        )
-    spaced = result.get("handler_spaced", [])
-    if spaced:
+    with figure(path, 1, 2, figsize=(11, 4.2)) as (fig, (left, right)):
+        left.plot(ns, [r["cpu_ms_per_trigger"] for r in runs], "o-", label="coordinator process")
         left.plot(
-            [result["config"]["trigger_s"] / h["spacing_s"] for h in spaced],
-            [h["us_per_call"] / 1000 for h in spaced],
-            "D-",
-            color="tab:purple",
-            label="the Planner alone, calls as far apart as N queries'",
+            ns, [r["net_cpu_ms_per_trigger"] for r in runs], "o--", label="above its idle CPU"
         )
-    left.axhline(GOAL_CPU_MS, color="grey", ls="--", label=f"goal {GOAL_CPU_MS:g} ms")
-    # Log scales need points: every run saturated leaves none.
-    scale = "log" if runs else "linear"
-    left.set_xscale(scale)
-    left.set_yscale(scale)  # one query's 5-12 ms would flatten the rest
-    left.set_xlabel("concurrent queries (one trigger a second)")
-    left.set_ylabel("coordinator CPU per trigger (ms)")
-    left.legend(fontsize="small")
-    right.plot(ns, [r["p99_ms"] for r in runs], "o-", label="p99")
-    right.plot(ns, [r["p50_ms"] for r in runs], "o--", label="p50")
-    right.axhline(GOAL_P99_MS, color="grey", ls="--", label=f"goal p99 {GOAL_P99_MS:g} ms at 100")
-    right.set_xscale(scale)
-    right.set_yscale(scale)
-    right.set_xlabel("concurrent queries (one trigger a second)")
-    right.set_ylabel("client wall time per trigger (ms)")
-    right.legend()
-    fig.suptitle("Planner load: 100-split queries against one leader")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        for key, marker, color, label in (
+            ("floor", "s", "tab:green", "floor: one gRPC ping"),
+            ("echo", "v", "tab:olive", "floor: a message on a bare server's stream"),
+        ):
+            points = result.get(key, [])
+            if points:
+                left.plot(
+                    [f["queries"] for f in points],
+                    [f["net_cpu_ms_per_trigger"] for f in points],
+                    marker,
+                    color=color,
+                    label=label,
+                )
+        handler = result.get("handler")
+        if handler:
+            left.axhline(
+                handler["us_per_call"] / 1000,
+                color="tab:purple",
+                ls=":",
+                label="the Planner alone, calls back to back (in-process)",
+            )
+        spaced = result.get("handler_spaced", [])
+        if spaced:
+            left.plot(
+                [result["config"]["trigger_s"] / h["spacing_s"] for h in spaced],
+                [h["us_per_call"] / 1000 for h in spaced],
+                "D-",
+                color="tab:purple",
+                label="the Planner alone, calls as far apart as N queries'",
+            )
+        left.axhline(GOAL_CPU_MS, color="grey", ls="--", label=f"goal {GOAL_CPU_MS:g} ms")
+        # Log scales need points: every run saturated leaves none.
+        scale = "log" if runs else "linear"
+        left.set_xscale(scale)
+        left.set_yscale(scale)  # one query's 5-12 ms would flatten the rest
+        left.set_xlabel("concurrent queries (one trigger a second)")
+        left.set_ylabel("coordinator CPU per trigger (ms)")
+        left.legend(fontsize="small")
+        right.plot(ns, [r["p99_ms"] for r in runs], "o-", label="p99")
+        right.plot(ns, [r["p50_ms"] for r in runs], "o--", label="p50")
+        right.axhline(
+            GOAL_P99_MS, color="grey", ls="--", label=f"goal p99 {GOAL_P99_MS:g} ms at 100"
+        )
+        right.set_xscale(scale)
+        right.set_yscale(scale)
+        right.set_xlabel("concurrent queries (one trigger a second)")
+        right.set_ylabel("client wall time per trigger (ms)")
+        right.legend()
+        fig.suptitle("Planner load: 100-split queries against one leader")
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -681,7 +680,17 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["echo"]:
         echo_main()
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(
+        __doc__,
+        smoke={
+            "queries": "1,10",
+            "floor": "10",
+            "warmup": 1.0,
+            "seconds": 2.0,
+            "workers": 2,
+            "client": "wire",
+        },
+    )
     parser.add_argument("--queries", default="1,10,100,300,1000", help="comma-separated N")
     parser.add_argument("--trigger", type=float, default=1.0, help="seconds between triggers")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds before the window")
@@ -712,7 +721,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--access-rounds", type=int, default=2, help="runs of each, alternating")
     parser.add_argument("--principals", type=int, default=50, help="principals in that policy")
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     counts = sorted(int(x) for x in args.queries.split(",") if x.strip())
     quiet_logs()
@@ -809,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(task, advance=1)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    json_path, png = finish("planner_load", result, args.out, plot)
+    finish("planner_load", result, args, plot)
     print_summary(result)
     for kind, rows in (result.get("py_spy") or {}).items():
         console.print(f"py-spy of the coordinator process ({kind}, share of samples):")
@@ -817,7 +825,6 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"  {row['share']:6.1%} {row['function']}")
     for row in result.get("profile_top") or []:
         console.print(f"  {row['cumtime_s']:8.3f} s {row['calls']:>9} {row['function']}")
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 
@@ -936,8 +943,10 @@ def _put_stream(address: str, clusters: dict[str, tuple[str, list[str]]], token:
     latest = planner_pb2.Position(kind=planner_pb2.Position.LATEST)
     splits = len(CLUSTERS) * TOPICS * PARTITIONS
     try:
-        wait_until(
-            lambda: len(planner.resolve(STREAM, latest)[0]) >= splits, 120, "splits discovered"
+        poll(
+            lambda: len(planner.resolve(STREAM, latest)[0]) >= splits,
+            timeout_s=120,
+            what="splits discovered",
         )
     finally:
         planner.close()

@@ -38,13 +38,8 @@ the read: librdkafka's, the agent's; not the coordinator's, which shares the
 process), from consumer creation to the last ``consume``; for Spark's Python
 workers, Spark's JVM and the brokers, of their processes (``/proc/<pid>/stat``).
 CPU ratios are per round against ``raw_nogc_count``.
-Before the rounds, the read-path options of issue 8 are timed on messages
-consumed into memory (:mod:`benchmarks._convert_options`).
 
 Results go to ``benchmarks/out/read_rate.json`` and ``<out>/img/read_rate.png``.
-``--profile`` also runs one agent read per converter under cProfile and prints
-where the time goes (``benchmarks/out/agent_read.<converter>.prof``), and the
-garbage collector diagnosis; ``--py-spy`` samples Spark's Python workers.
 """
 
 from __future__ import annotations
@@ -59,16 +54,10 @@ os.environ.setdefault(
     "PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell"
 )
 
-import argparse
-import cProfile
 import functools
 import gc
-import io
-import pstats
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -82,15 +71,17 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 
 from benchmarks._common import (
+    Arguments,
     console,
+    figure,
     finish,
     machine,
-    plain_consumer,
+    median_range,
     progress_bar,
     quiet_logs,
-    resolve_out,
     summary,
 )
+from multikafka.devstack import procfs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -163,6 +154,26 @@ class Run:
         return self.records / self.seconds
 
 
+def plain_consumer(bootstrap: str, client_id: str) -> Any:
+    """A confluent-kafka consumer with the readers' settings (and the dev
+    stack's stream properties) on ``bootstrap``, for assigning partitions:
+    the plain-consumer baselines."""
+    from confluent_kafka import Consumer
+
+    from multikafka.core.kafka_config import READER_DEFAULTS
+    from multikafka.devstack.stack import TANSU_PROPERTIES
+
+    return Consumer(
+        {
+            **READER_DEFAULTS,
+            **TANSU_PROPERTIES,
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench-plain",
+            "client.id": client_id,
+        }
+    )
+
+
 # -- setup ------------------------------------------------------------------
 
 
@@ -206,19 +217,6 @@ def watermarks(bootstrap: str) -> int:
 # -- the measured readers ---------------------------------------------------
 
 
-def _thread_cpu() -> dict[int, float]:
-    """Native thread id -> seconds on CPU, of every thread of this process
-    (``/proc/self/task/<tid>/schedstat``: nanoseconds)."""
-    out: dict[int, float] = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            on_cpu = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0]
-        except (OSError, IndexError):
-            continue
-        out[int(tid)] = int(on_cpu) / 1e9
-    return out
-
-
 class ReaderCpu:
     """CPU seconds of the threads that read in this process: the calling
     thread and every thread started since (a consumer's librdkafka threads,
@@ -230,13 +228,15 @@ class ReaderCpu:
 
     def __init__(self) -> None:
         self._me = threading.get_native_id()
-        self._before = _thread_cpu()
+        self._before = procfs.thread_cpu_s()
         self._process = time.process_time()
 
     def used(self) -> float:
         before = self._before
         others = sum(
-            v - before[tid] for tid, v in _thread_cpu().items() if tid in before and tid != self._me
+            v - before[tid]
+            for tid, v in procfs.thread_cpu_s().items()
+            if tid in before and tid != self._me
         )
         return time.process_time() - self._process - others
 
@@ -289,63 +289,6 @@ def read_raw(setup: Setup, on_batch: Callable[[int], None], *, count_only: bool 
             gc.enable()
     method = "raw_nogc_count" if count_only else "raw"
     return Run(method, 0, total, time.perf_counter() - t0, {"reader_cpu_s": cpu_s})
-
-
-def read_raw_parallel(setup: Setup) -> Run:
-    """``raw_nogc_count`` with both clusters read at the same time, one thread
-    each (``consume`` releases the GIL), as Spark's two tasks read on two
-    cores: the same baseline when the machine is as busy as under Spark."""
-    from confluent_kafka import TopicPartition
-
-    meter = ReaderCpu()
-    consumers = {
-        name: plain_consumer(bootstrap, f"bench-raw-parallel-{name}")
-        for name, bootstrap in setup.bootstraps.items()
-    }
-    counts: dict[str, int] = {}
-    #: CPU of the counting threads, which end before the meter reads
-    counting_cpu: list[float] = []
-
-    def count(name: str) -> None:
-        cpu0 = time.thread_time()
-        consumer, left = consumers[name], setup.per_cluster[name]
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        while left > 0:
-            left -= len(consumer.consume(min(CONSUME_BATCH, left), timeout=0.5))
-        counts[name] = setup.per_cluster[name] - left
-        counting_cpu.append(time.thread_time() - cpu0)
-
-    gc.collect()
-    gc.disable()
-    try:
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=count, args=(n,)) for n in consumers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        seconds, cpu_s = time.perf_counter() - t0, meter.used() + sum(counting_cpu)
-    finally:
-        gc.enable()
-        for consumer in consumers.values():
-            consumer.close()
-    return Run("raw_nogc_count_parallel", 0, sum(counts.values()), seconds, {"reader_cpu_s": cpu_s})
-
-
-def parallel_baseline(setup: Setup, repeat: int) -> dict[str, Any]:
-    """CPU per million records of ``raw_nogc_count`` one cluster after the
-    other and both at once, alternating."""
-    scale = 1_000_000 / setup.expected
-    out: dict[str, list[float]] = {"raw_nogc_count": [], "raw_nogc_count_parallel": []}
-    for rnd in range(repeat + 1):  # the first round warms up
-        serial = read_raw(setup, lambda n: None, count_only=True)
-        both = read_raw_parallel(setup)
-        for run in (serial, both):
-            if run.records != setup.expected:
-                raise RuntimeError(f"{run.method} read {run.records:,} of {setup.expected:,}")
-            if rnd:
-                out[run.method].append(float(run.extra["reader_cpu_s"]) * scale)
-    return {k: summary(v) for k, v in out.items()}
 
 
 def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
@@ -477,38 +420,6 @@ def fingerprint_ab(setup: Setup, pairs: int) -> dict[str, Any]:
     }
 
 
-def _proc_table() -> dict[int, tuple[int, float, str]]:
-    """pid -> (parent pid, CPU seconds used, command line) of every process.
-    CPU includes reaped children (pyspark's daemon reaps the workers it forks)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    table: dict[int, tuple[int, float, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        used = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-        table[int(entry)] = (int(fields[1]), used / tick, cmd)
-    return table
-
-
-def descendants(root: int, table: dict[int, tuple[int, float, str]]) -> list[int]:
-    """``root`` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
 def _role(pid: int, cmd: str) -> str:
     if pid == os.getpid():
         return "benchmark process (driver, coordinator)"
@@ -525,10 +436,10 @@ def _role(pid: int, cmd: str) -> str:
 
 def cpu_snapshot() -> dict[int, tuple[str, float]]:
     """pid -> (role, CPU seconds used so far) of this process and its descendants."""
-    table = _proc_table()
+    table = procfs.processes()
     return {
-        pid: (_role(pid, table[pid][2]), table[pid][1])
-        for pid in descendants(os.getpid(), table)
+        pid: (_role(pid, table[pid].cmdline), table[pid].cpu_s)
+        for pid in procfs.descendants(os.getpid(), table)
         if pid in table
     }
 
@@ -610,298 +521,40 @@ def read_spark(
     return Run(method, 0, sum(rows), elapsed, extra)
 
 
-# -- profile ------------------------------------------------------------------
-
-
-def profile_agent(setup: Setup, converter: str, top: int = 25) -> str:
-    """One agent read under cProfile with ``converter``; returns the top
-    functions by own time (``benchmarks/out/agent_read.<converter>.prof``)."""
-    from multikafka.reader_agent import ReaderAgent
-
-    tasks = plan_tasks(setup.stack.coordinator_address, f"bench-profile-{uuid.uuid4().hex[:8]}")
-    profiler = cProfile.Profile()
-    with converter_env(converter):
-        agent = ReaderAgent(heartbeat_interval_s=2.0)
-        try:
-            profiler.enable()
-            for task in tasks:
-                for _ in agent.read(task):
-                    pass
-            profiler.disable()
-        finally:
-            agent.close()
-    out_dir = resolve_out("benchmarks/out")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    profiler.dump_stats(str(out_dir / f"agent_read.{converter}.prof"))
-    buf = io.StringIO()
-    stats = pstats.Stats(profiler, stream=buf)
-    stats.sort_stats("tottime").print_stats(top)
-    return buf.getvalue()
-
-
-class GcTimer:
-    """Counts garbage collections per generation and the time spent in them."""
-
-    def __init__(self) -> None:
-        self.collections = [0, 0, 0]
-        self.seconds = 0.0
-        self._t0 = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._t0 = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._t0
-            self.collections[info["generation"]] += 1
-
-    @contextmanager
-    def active(self) -> Iterator[GcTimer]:
-        gc.callbacks.append(self)
-        try:
-            yield self
-        finally:
-            gc.callbacks.remove(self)
-
-
-def register_variant_source(
-    spark: SparkSession,
-    name: str,
-    *,
-    converter: str = "",
-    gc_off: bool = False,
-    freeze: bool | None = None,
-) -> str:
-    """Register ``name``: the product's source, with ``MULTIKAFKA_CONVERTER``
-    set to ``converter``, Python's cyclic garbage collector disabled while a
-    task reads (``gc_off``: pyspark runs ``gc.collect()`` after every task
-    anyway), or with the reader's ``gc.freeze()`` (see ``_collector_paused``)
-    started over with every task (``freeze=True``: as in a new worker) or
-    undone and stopped (``freeze=False``: as before it existed), so that runs
-    of either kind can alternate in the same workers.
-    Diagnostics, not product changes. Defined here in ``__main__``, so
-    cloudpickle ships it to the workers."""
+def register_python_source(spark: SparkSession, name: str) -> str:
+    """Register ``name``: the product's source with ``MULTIKAFKA_CONVERTER=python``
+    in the workers while a task reads (benchmark-side, not a product change).
+    Defined here in ``__main__``, so cloudpickle ships it to the workers."""
     from multikafka.spark import MultiKafkaDataSource
     from multikafka.spark.options import parse_options
     from multikafka.spark.source import MultiKafkaStreamReader
 
-    class VariantStreamReader(MultiKafkaStreamReader):
+    class PythonConverterReader(MultiKafkaStreamReader):
         def read(self, partition: Any) -> Iterator[Any]:
-            import gc as worker_gc
             import os as worker_os
 
             from multikafka.core import env
 
-            enabled = worker_gc.isenabled()
             before = worker_os.environ.get(env.CONVERTER)
-            if gc_off:
-                worker_gc.disable()
-            if freeze is not None:
-                from multikafka.reader_agent import range_reader as kafka
-
-                worker_gc.unfreeze()
-                # 0: the reader freezes as in a new worker; past the end: never
-                kafka._batches = 0 if freeze else kafka._FREEZE_UNTIL
-            if converter:
-                worker_os.environ[env.CONVERTER] = converter
+            worker_os.environ[env.CONVERTER] = "python"
             try:
                 yield from super().read(partition)
             finally:
-                if enabled:
-                    worker_gc.enable()
                 if before is None:
                     worker_os.environ.pop(env.CONVERTER, None)
                 else:
                     worker_os.environ[env.CONVERTER] = before
 
-    class VariantSource(MultiKafkaDataSource):
+    class PythonConverterSource(MultiKafkaDataSource):
         @classmethod
         def name(cls) -> str:
             return name
 
-        def streamReader(self, schema: Any) -> VariantStreamReader:
-            return VariantStreamReader(parse_options(self.options, streaming=True))
+        def streamReader(self, schema: Any) -> PythonConverterReader:
+            return PythonConverterReader(parse_options(self.options, streaming=True))
 
-    spark.dataSource.register(VariantSource)
+    spark.dataSource.register(PythonConverterSource)
     return name
-
-
-#: The garbage collector variants of the spark run: (name, source options).
-GC_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("frozen", {"freeze": True}),
-    ("not_frozen", {"freeze": False}),
-    ("off", {"gc_off": True, "freeze": True}),
-)
-
-
-def spark_gc_diagnosis(spark: SparkSession, setup: Setup, repeat: int) -> dict[str, Any]:
-    """The ``spark`` run with the reader's freezing of the workers' objects
-    (as shipped, started over in every task as in a new worker), without it,
-    and with the collector off while reading (freezing too)."""
-    sources = {
-        name: register_variant_source(spark, f"multikafka_gc_{name}", **opts)
-        for name, opts in GC_VARIANTS
-    }
-    runs: list[dict[str, Any]] = []
-    for rnd in range(repeat + 1):  # the first round warms the new sources up
-        for variant, source in sources.items():
-            cpu0 = cpu_snapshot()
-            run = read_spark(
-                spark, setup, lambda n: None, method="spark", options={}, source=source
-            )
-            if run.records != setup.expected:
-                raise RuntimeError(f"{source} read {run.records:,} of {setup.expected:,}")
-            cpu = cpu_by_role(cpu0)
-            console.log(
-                f"gc diagnosis {rnd}/{repeat}: spark, collector {variant:<10} "
-                f"{run.rate:>10,.0f} records/s, workers "
-                f"{cpu.get(WORKERS, 0.0) / run.records * 1e6:.2f} CPU-s/1M"
-            )
-            runs.append(
-                {
-                    "gc": variant,
-                    "round": rnd - 1,
-                    "rate": run.rate,
-                    "in_batch_rate": run.extra.get("trigger_rate"),
-                    "cpu_s": cpu,
-                }
-            )
-    runs = [r for r in runs if r["round"] >= 0]
-    out: dict[str, Any] = {"runs": runs}
-    scale = 1_000_000 / setup.expected
-    for variant in sources:
-        mine = [r for r in runs if r["gc"] == variant]
-        key = f"spark_gc_{variant}"
-        out[key] = summary([r["rate"] for r in mine])
-        out[f"{key}_in_batch"] = summary([r["in_batch_rate"] for r in mine if r["in_batch_rate"]])
-        out[f"{key}_worker_cpu_per_million"] = summary(
-            [r["cpu_s"].get(WORKERS, 0.0) * scale for r in mine]
-        )
-    return out
-
-
-def gc_diagnosis(setup: Setup, repeat: int) -> dict[str, Any]:
-    """The raw and agent reads with the garbage collector on (timed) and off."""
-    out: dict[str, Any] = {"runs": []}
-    readers: dict[str, Callable[[Setup, Callable[[int], None]], Run]] = {
-        "raw": read_raw,
-        "agent": read_agent,
-    }
-    for rnd in range(repeat):
-        for name, reader in readers.items():
-            for enabled in (True, False):
-                gc.collect()
-                timer = GcTimer()
-                if not enabled:
-                    gc.disable()
-                try:
-                    with timer.active():
-                        run = reader(setup, lambda n: None)
-                finally:
-                    gc.enable()
-                out["runs"].append(
-                    {
-                        "method": name,
-                        "gc": enabled,
-                        "round": rnd,
-                        "rate": run.rate,
-                        "seconds": run.seconds,
-                        "gc_seconds": timer.seconds,
-                        "collections": timer.collections,
-                    }
-                )
-    for name in readers:
-        for enabled in (True, False):
-            runs = [r for r in out["runs"] if r["method"] == name and r["gc"] == enabled]
-            key = f"{name}_gc_{'on' if enabled else 'off'}"
-            out[key] = summary([r["rate"] for r in runs])
-            out[f"{key}_gc_share"] = summary([r["gc_seconds"] / r["seconds"] for r in runs])
-    return out
-
-
-def _function(frame: str) -> str:
-    """``name (file:line)`` -> ``name (file)``."""
-    name, _, where = frame.partition(" (")
-    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
-
-
-def pyspy_spark(spark: SparkSession, setup: Setup, top: int = 20) -> dict[str, Any]:
-    """One more ``spark`` run with py-spy sampling Spark's Python workers:
-    where their CPU time goes (on-CPU samples only)."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(exe).exists():
-        raise FileNotFoundError("py-spy not found: pip install py-spy")
-    table = _proc_table()
-    mine = descendants(os.getpid(), table)
-    daemons = {p for p in mine if p in table and "pyspark.daemon" in table[p][2]}
-    managers = sorted(p for p in daemons if table[p][0] not in daemons)
-    if not managers:
-        raise RuntimeError("no pyspark daemon runs yet (run the spark benchmark first)")
-    out_dir = resolve_out("benchmarks/out")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("spark_workers.*.pyspy.txt"):
-        stale.unlink()
-    files = [out_dir / f"spark_workers.{i}.pyspy.txt" for i in range(len(managers))]
-    record = [exe, "record", "--subprocesses", "--nonblocking", "--rate", "100", "--format", "raw"]
-    samplers = [
-        subprocess.Popen(
-            [*record, "--pid", str(pid), "-o", str(f)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for pid, f in zip(managers, files, strict=True)
-    ]
-    try:
-        time.sleep(1.5)
-        run = read_spark(spark, setup, lambda n: None, method="spark", options={})
-    finally:
-        for sampler in samplers:
-            sampler.send_signal(signal.SIGINT)
-        for sampler in samplers:
-            try:
-                sampler.wait(30)
-            except subprocess.TimeoutExpired:
-                sampler.kill()
-                sampler.wait()
-    own: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
-    total = 0
-    for f in files:
-        if not f.exists():
-            continue
-        for line in f.read_text().splitlines():
-            stack, _, count = line.rpartition(" ")
-            if not stack or not count.isdigit():
-                continue
-            n = int(count)
-            frames = [fr for fr in stack.split(";") if not fr.startswith("process ")]
-            if not frames:
-                continue
-            total += n
-            own[frames[-1]] = own.get(frames[-1], 0) + n
-            for fn in {_function(fr) for fr in frames}:
-                inclusive[fn] = inclusive.get(fn, 0) + n
-
-    def top_of(counts: dict[str, int]) -> list[tuple[str, float]]:
-        ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
-        return [(k, round(v / total, 4)) for k, v in ranked] if total else []
-
-    return {
-        "rate": run.rate,
-        "samples": total,
-        "files": [str(f) for f in files],
-        "self": top_of(own),
-        "inclusive": top_of(inclusive),
-    }
-
-
-def print_pyspy(prof: dict[str, Any]) -> None:
-    for kind in ("self", "inclusive"):
-        table = Table(title=f"Spark Python workers, py-spy, {kind} share of on-CPU samples")
-        table.add_column("share", justify="right")
-        table.add_column("frame")
-        for frame, share in prof[kind]:
-            table.add_row(f"{share:.1%}", frame)
-        console.print(table)
 
 
 # -- orchestration ----------------------------------------------------------
@@ -947,7 +600,7 @@ def measure(
 ) -> list[Run]:
     runs: list[Run] = []
     batched = {"maxOffsetsPerTrigger": str(max_per_trigger)}
-    python_source = register_variant_source(spark, "multikafka_python_decoder", converter="python")
+    python_source = register_python_source(spark, "multikafka_python_decoder")
     rounds = warmup + repeat
     with progress_bar() as progress:
         overall = progress.add_task("all runs", total=rounds * len(METHODS), note="")
@@ -1066,11 +719,6 @@ def summarize(runs: list[Run], repeat: int, records: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     cfg = result["config"]
     summ = result["summary"]
     rates, ratios = summ["rates"], summ["ratios"]
@@ -1096,85 +744,85 @@ def plot(result: dict[str, Any], path: Path) -> None:
         "spark_batched": f"Spark, {BATCHES}\nmicro-batches",
         "spark_batched_steady": "same, after\n1st micro-batch",
     }
-    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 5.5), width_ratios=[3, 2])
-    med = [rates[n]["median"] / 1000 for n in names]
-    lo = [max(m - rates[n]["min"] / 1000, 0) for m, n in zip(med, names, strict=True)]
-    hi = [max(rates[n]["max"] / 1000 - m, 0) for m, n in zip(med, names, strict=True)]
-    colors = ["#7f7f7f", "#4f4f4f", "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#ffdd99"]
-    colors += ["#2ca02c", "#98df8a"]
-    bars = left.bar([labels[n] for n in names], med, yerr=[lo, hi], capsize=5, color=colors)
-    for bar, n, h in zip(bars, names, hi, strict=True):
-        ratio = ratios[f"{n}/raw"]["median"] if n != "raw" else 1.0
-        left.annotate(
-            f"{ratio:.2f}x",
-            (bar.get_x() + bar.get_width() / 2, bar.get_height() + h),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
+    with figure(path, 1, 2, figsize=(16, 5.5), width_ratios=[3, 2]) as (fig, (left, right)):
+        med = [rates[n]["median"] / 1000 for n in names]
+        lo = [max(m - rates[n]["min"] / 1000, 0) for m, n in zip(med, names, strict=True)]
+        hi = [max(rates[n]["max"] / 1000 - m, 0) for m, n in zip(med, names, strict=True)]
+        colors = ["#7f7f7f", "#4f4f4f", "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#ffdd99"]
+        colors += ["#2ca02c", "#98df8a"]
+        bars = left.bar([labels[n] for n in names], med, yerr=[lo, hi], capsize=5, color=colors)
+        for bar, n, h in zip(bars, names, hi, strict=True):
+            ratio = ratios[f"{n}/raw"]["median"] if n != "raw" else 1.0
+            left.annotate(
+                f"{ratio:.2f}x",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height() + h),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+            )
+        left.set_ylabel("thousand records / s (median, min-max)")
+        left.set_title(
+            f"Read rate (ratio to plain consumer); steady/in-batch "
+            f"{ratios['spark_batched_steady/spark_in_batch']['median']:.2f} (goal >= {STEADY_GOAL})",
+            fontsize=10,
         )
-    left.set_ylabel("thousand records / s (median, min-max)")
-    left.set_title(
-        f"Read rate (ratio to plain consumer); steady/in-batch "
-        f"{ratios['spark_batched_steady/spark_in_batch']['median']:.2f} (goal >= {STEADY_GOAL})",
-        fontsize=10,
-    )
-    left.tick_params(axis="x", labelsize=8)
-    left.grid(axis="y", alpha=0.3)
+        left.tick_params(axis="x", labelsize=8)
+        left.grid(axis="y", alpha=0.3)
 
-    cpu = summ["cpu_s_per_million"]
-    shown = ["raw_nogc_count", "agent", "agent_python", "spark", "spark_python", "spark_batched"]
-    parts = [
-        ("reader", "reader threads / Python workers", "#1f77b4"),
-        ("jvm", "Spark JVM", "#ff7f0e"),
-    ]
-    parts.append(("brokers", "tansu brokers", "#bcbd22"))
-    bottom = [0.0] * len(shown)
-    for key, label, color in parts:
-        vals = [cpu[m].get(key, {}).get("median", 0.0) for m in shown]
-        right.bar([labels[m] for m in shown], vals, bottom=bottom, color=color, label=label)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    base = cpu[BASELINE]["reader"]["median"]
-    for i, m in enumerate(shown):
-        reader = cpu[m]["reader"]["median"]
-        note = (
-            "baseline"
-            if m == BASELINE
-            else f"{summ['cpu_ratios'][f'{m}/{BASELINE}']['median']:.2f}x"
+        cpu = summ["cpu_s_per_million"]
+        shown = [
+            "raw_nogc_count",
+            "agent",
+            "agent_python",
+            "spark",
+            "spark_python",
+            "spark_batched",
+        ]
+        parts = [
+            ("reader", "reader threads / Python workers", "#1f77b4"),
+            ("jvm", "Spark JVM", "#ff7f0e"),
+        ]
+        parts.append(("brokers", "tansu brokers", "#bcbd22"))
+        bottom = [0.0] * len(shown)
+        for key, label, color in parts:
+            vals = [cpu[m].get(key, {}).get("median", 0.0) for m in shown]
+            right.bar([labels[m] for m in shown], vals, bottom=bottom, color=color, label=label)
+            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+        base = cpu[BASELINE]["reader"]["median"]
+        for i, m in enumerate(shown):
+            reader = cpu[m]["reader"]["median"]
+            note = (
+                "baseline"
+                if m == BASELINE
+                else f"{summ['cpu_ratios'][f'{m}/{BASELINE}']['median']:.2f}x"
+            )
+            right.annotate(
+                f"{reader:.2f} ({note})",
+                (i, bottom[i]),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                fontsize=8,
+            )
+        right.axhline(
+            base * CPU_GOAL,
+            color="#d62728",
+            linestyle="--",
+            linewidth=1,
+            label=f"goal: reader CPU <= {CPU_GOAL} x baseline",
         )
-        right.annotate(
-            f"{reader:.2f} ({note})",
-            (i, bottom[i]),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-            fontsize=8,
+        right.set_ylabel("CPU seconds per million records (median)")
+        right.set_title("CPU per million records, by process", fontsize=10)
+        right.tick_params(axis="x", labelsize=8)
+        right.legend(fontsize=8, loc="upper left")
+        right.set_ylim(0, max(bottom) * 1.25)
+        right.grid(axis="y", alpha=0.3)
+        fig.suptitle(
+            f"{cfg['records']:,} records x {cfg['value_size']} B, 2 tansu clusters x {PARTITIONS} "
+            f"partitions, {result['machine']['nproc']} cores, converter {cfg.get('converter', '?')}",
+            fontsize=11,
         )
-    right.axhline(
-        base * CPU_GOAL,
-        color="#d62728",
-        linestyle="--",
-        linewidth=1,
-        label=f"goal: reader CPU <= {CPU_GOAL} x baseline",
-    )
-    right.set_ylabel("CPU seconds per million records (median)")
-    right.set_title("CPU per million records, by process", fontsize=10)
-    right.tick_params(axis="x", labelsize=8)
-    right.legend(fontsize=8, loc="upper left")
-    right.set_ylim(0, max(bottom) * 1.25)
-    right.grid(axis="y", alpha=0.3)
-    fig.suptitle(
-        f"{cfg['records']:,} records x {cfg['value_size']} B, 2 tansu clusters x {PARTITIONS} "
-        f"partitions, {result['machine']['nproc']} cores, converter {cfg.get('converter', '?')}",
-        fontsize=11,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _cell(s: dict[str, float], fmt: str = ",.0f") -> str:
-    return f"{s['median']:{fmt}} [{s['min']:{fmt}} - {s['max']:{fmt}}]"
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -1186,10 +834,10 @@ def print_summary(result: dict[str, Any]) -> None:
     rates, ratios = summ["rates"], summ["ratios"]
     for name, s in rates.items():
         r = ratios.get(f"{name}/raw")
-        table.add_row(name, _cell(s), _cell(r, ".3f") if r else "1")
+        table.add_row(name, median_range(s, "{:,.0f}"), median_range(r, "{:.3f}") if r else "1")
     console.print(table)
     for key in ("spark/agent", "spark_batched_steady/spark_in_batch"):
-        console.print(f"{key}: {_cell(ratios[key], '.3f')}")
+        console.print(f"{key}: {median_range(ratios[key], '{:.3f}')}")
 
     table = Table(title="CPU seconds per million records: median \\[min - max]")
     for col in (
@@ -1205,10 +853,10 @@ def print_summary(result: dict[str, Any]) -> None:
         r = cpu_ratios.get(f"{m}/{BASELINE}")
         table.add_row(
             m,
-            _cell(cpu[m]["reader"], ".3f"),
-            _cell(r, ".2f") if r else "1",
-            _cell(cpu[m]["jvm"], ".3f") if "jvm" in cpu[m] else "",
-            _cell(cpu[m]["brokers"], ".3f"),
+            median_range(cpu[m]["reader"], "{:.3f}"),
+            median_range(r, "{:.2f}") if r else "1",
+            median_range(cpu[m]["jvm"], "{:.3f}") if "jvm" in cpu[m] else "",
+            median_range(cpu[m]["brokers"], "{:.3f}"),
         )
     console.print(table)
     worker = cpu_ratios[f"spark/{BASELINE}"]["median"]
@@ -1223,90 +871,18 @@ def print_summary(result: dict[str, Any]) -> None:
         ratio = ab["cpu_ratio"]
         console.print(
             f"read path CPU with fingerprints / without ({ab['pairs']} pairs): "
-            f"{_cell(ratio, '.3f')} (<= {FINGERPRINT_GOAL}: "
+            f"{median_range(ratio, '{:.3f}')} (<= {FINGERPRINT_GOAL}: "
             f"{'met' if ratio['median'] <= FINGERPRINT_GOAL else 'not met'}); "
-            f"{_cell(ab['with_cpu_s_per_million'], '.3f')} against "
-            f"{_cell(ab['without_cpu_s_per_million'], '.3f')} CPU-s/1M"
+            f"{median_range(ab['with_cpu_s_per_million'], '{:.3f}')} against "
+            f"{median_range(ab['without_cpu_s_per_million'], '{:.3f}')} CPU-s/1M"
         )
-
-
-def print_options(options: dict[str, Any]) -> None:
-    table = Table(
-        title=f"read-path options on {options['records']:,} consumed messages: "
-        "CPU-s per million records, decode + bookkeeping + RecordBatch"
-    )
-    for col in ("option", "CPU-s / 1M", "what"):
-        table.add_column(col, justify="right" if col != "what" else "left")
-    for name, s in options["cpu_s_per_million"].items():
-        table.add_row(name, _cell(s, ".3f"), options["what"][name])
-    console.print(table)
-
-
-def print_gc(diag: dict[str, Any]) -> None:
-    table = Table(title="garbage collector diagnosis (records/s, median \\[min - max])")
-    for col in ("read", "gc on", "gc off", "off/on", "time in gc (gc on)"):
-        table.add_column(col, justify="right")
-    for name in ("raw", "agent"):
-        on, off = diag[f"{name}_gc_on"], diag[f"{name}_gc_off"]
-        share = diag[f"{name}_gc_on_gc_share"]
-        table.add_row(
-            name,
-            f"{on['median']:,.0f} [{on['min']:,.0f} - {on['max']:,.0f}]",
-            f"{off['median']:,.0f} [{off['min']:,.0f} - {off['max']:,.0f}]",
-            f"{off['median'] / on['median']:.2f}",
-            f"{share['median']:.0%} [{share['min']:.0%} - {share['max']:.0%}]",
-        )
-    console.print(table)
-    sp = diag.get("spark")
-    if not sp:
-        return
-    table = Table(title="Spark workers' garbage collector: median \\[min - max]")
-    for col in (
-        "collector in the workers",
-        "records/s",
-        "inside the micro-batch",
-        "worker CPU-s / 1M",
-    ):
-        table.add_column(col, justify="right")
-    labels = {
-        "frozen": "frozen by the reader (as shipped, new worker)",
-        "not_frozen": "not frozen (before)",
-        "off": "frozen, and off while reading",
-    }
-    for variant, label in labels.items():
-        key = f"spark_gc_{variant}"
-        table.add_row(
-            label,
-            _cell(sp[key]),
-            _cell(sp[f"{key}_in_batch"]),
-            _cell(sp[f"{key}_worker_cpu_per_million"], ".3f"),
-        )
-    console.print(table)
-
-
-def decode_options(setup: Setup, records: int, repeat: int) -> dict[str, Any]:
-    """Time the read-path options on messages of the first cluster consumed
-    into memory (:mod:`benchmarks._convert_options`)."""
-    from benchmarks._convert_options import consume, measure_options
-
-    name, bootstrap = next(iter(setup.bootstraps.items()))
-    with console.status(f"consuming up to {records:,} messages of {name} into memory"):
-        gc_was = gc.isenabled()
-        gc.disable()
-        try:
-            batches = consume(bootstrap, TOPIC, PARTITIONS, records, CONSUME_BATCH)
-        finally:
-            if gc_was:
-                gc.enable()
-    with progress_bar(transient=True) as progress:
-        task = progress.add_task("read-path options", total=None, note="")
-        return measure_options(batches, repeat, lambda: progress.advance(task))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(
+        __doc__, smoke={"records": 20_000, "repeat": 1, "warmup": 0, "ab_pairs": 1}, repeat=3
+    )
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--value-size", type=int, default=100, help="bytes per value")
     parser.add_argument(
@@ -1315,28 +891,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="maxOffsetsPerTrigger of spark_batched (default: records/10)",
     )
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="cProfile one agent read per converter; time raw, agent and spark reads with gc on and off",
-    )
-    parser.add_argument(
-        "--decode-records",
-        type=int,
-        default=200_000,
-        help="messages consumed into memory to time the read-path options (0: skip)",
-    )
     parser.add_argument(
         "--ab-pairs",
         type=int,
         default=10,
         help="agent reads with and without fingerprints, each this many times (0: skip)",
-    )
-    parser.add_argument(
-        "--py-spy",
-        action="store_true",
-        help="sample Spark's Python workers with py-spy during one more spark run",
     )
     args = parser.parse_args(argv)
     # A SIGTERM (timeout, a cancelled CI job) unwinds like Ctrl-C does, so
@@ -1370,9 +929,6 @@ def main(argv: list[str] | None = None) -> int:
         # Ten equal micro-batches of the whole stream (fences included).
         max_per_trigger = args.max_per_trigger or max(-(-setup.expected // BATCHES), 1)
         result["config"]["spark_batched_options"] = {"maxOffsetsPerTrigger": max_per_trigger}
-        if args.decode_records:
-            result["options"] = decode_options(setup, args.decode_records, args.repeat)
-            print_options(result["options"])
         runs = measure(
             spark,
             setup,
@@ -1396,35 +952,8 @@ def main(argv: list[str] | None = None) -> int:
         result["summary"] = summarize(runs, args.repeat, setup.expected)
         if args.ab_pairs:
             result["fingerprints_ab"] = fingerprint_ab(setup, args.ab_pairs)
-        if args.profile:
-            result["profile_top"] = {}
-            for converter in ("python", "auto"):
-                with console.status(f"profiling one agent read (cProfile, converter {converter})"):
-                    result["profile_top"][converter] = profile_agent(setup, converter)
-                console.rule(f"cProfile, agent read, MULTIKAFKA_CONVERTER={converter}")
-                console.print(result["profile_top"][converter])
-            with console.status("raw and agent reads with the garbage collector on and off"):
-                result["gc_diagnosis"] = gc_diagnosis(setup, args.repeat)
-            with console.status("the baseline with both clusters read at once"):
-                result["parallel_baseline"] = parallel_baseline(setup, args.repeat)
-            pb = result["parallel_baseline"]
-            console.print(
-                "raw_nogc_count CPU-s/1M, one cluster after the other: "
-                f"{_cell(pb['raw_nogc_count'], '.3f')}; both at once (2 threads): "
-                f"{_cell(pb['raw_nogc_count_parallel'], '.3f')}"
-            )
-            with console.status("spark runs with the workers' garbage collector on and off"):
-                result["gc_diagnosis"]["spark"] = spark_gc_diagnosis(spark, setup, args.repeat)
-            print_gc(result["gc_diagnosis"])
-        if args.py_spy:
-            with console.status("one more spark run under py-spy"):
-                result["py_spy"] = pyspy_spark(spark, setup)
-            print_pyspy(result["py_spy"])
-    json_path, png = finish("read_rate", result, args.out, plot)
-    if "options" in result:
-        print_options(result["options"])
+    finish("read_rate", result, args, plot)
     print_summary(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

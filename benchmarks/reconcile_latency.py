@@ -89,7 +89,9 @@ from rich.table import Table
 
 from benchmarks._common import (
     OUT_DIR,
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     median_range,
@@ -97,16 +99,17 @@ from benchmarks._common import (
     progress_bar,
     quiet_logs,
     summary,
-    wait_until,
 )
 from benchmarks._processes import (
     AgentsProcess,
-    CoordinatorProcess,
     CoordinatorSide,
     Fleet,
+    ProbedCoordinator,
     own_connections,
     raise_fd_limit,
 )
+from multikafka.core.retry import poll
+from multikafka.devstack import procfs
 
 if TYPE_CHECKING:
     from multikafka.core.admin_client import AdminClient
@@ -207,7 +210,7 @@ class Coordinator:
         self.address = address
         self.pid = pid
         self._side = side
-        self.process: CoordinatorProcess | None = None
+        self.process: ProbedCoordinator | None = None
 
     def ask(self, command: str, *args: Any) -> Any:
         if self._side is not None:
@@ -274,7 +277,11 @@ class Agents:
     def wait_applied(self, generation: int, timeout_s: float) -> None:
         if self._fleet is not None:
             fleet = self._fleet
-            wait_until(lambda: fleet.lowest() >= generation, timeout_s, "the snapshot applied")
+            poll(
+                lambda: fleet.lowest() >= generation,
+                timeout_s=timeout_s,
+                what="the snapshot applied",
+            )
             return
         _parallel([lambda p=p: p.call("wait_applied", generation, timeout_s) for p in self._procs])
 
@@ -325,8 +332,8 @@ class Agents:
 def pin(pid: int, cpus: set[int]) -> None:
     """Every thread of process ``pid`` (and so the threads they start) on
     ``cpus``."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), cpus)
+    for tid in procfs.threads(pid):
+        os.sched_setaffinity(tid, cpus)
 
 
 def split_cpus() -> tuple[set[int], set[int]]:
@@ -428,13 +435,13 @@ def measure_change(bench: Bench, agents: Agents, mode: str) -> Change:
     agents.wait(generation)
     # The coordinator's own measurement ends with the last acknowledgement;
     # the next change starts after it.
-    wait_until(
+    poll(
         lambda: coordinator.ask("count") > before,
-        60,
-        "the coordinator's latency entry",
+        timeout_s=60,
+        what="the coordinator's latency entry",
         interval_s=0.002,
     )
-    wait_until(lambda: generation in bench.watcher.seen, 10, "the etcd watch event")
+    poll(lambda: generation in bench.watcher.seen, timeout_s=10, what="the etcd watch event")
     return Change(
         mode,
         generation,
@@ -611,7 +618,7 @@ def layout_bench(
                 cleanup.callback(thread.stop)
                 coordinator = Coordinator(thread.address, os.getpid(), CoordinatorSide(thread))
             else:
-                proc = CoordinatorProcess(stack.etcd.url, **config).start()
+                proc = ProbedCoordinator(stack.etcd.url, **config).start()
                 cleanup.callback(proc.stop)
                 if pinned:
                     side = split_cpus()[0]
@@ -649,10 +656,10 @@ def start_agents(bench: Bench, args: argparse.Namespace, layout: str, n: int) ->
     )
     try:
         ids = set(agents.ids)
-        wait_until(
+        poll(
             lambda: ids <= {r.agent_id for r in bench.admin.readers() if r.subscribed},
-            60 + n / 5,
-            f"{n} agents subscribed",
+            timeout_s=60 + n / 5,
+            what=f"{n} agents subscribed",
             interval_s=0.2,
         )
         agents.wait_applied(bench.coordinator.ask("generation"), 60)
@@ -698,8 +705,10 @@ def run_count(
     finally:
         progress.update(task, description=f"{layout} {n}: closing", note="")
         agents.close()
-    wait_until(
-        lambda: not any(r.subscribed for r in bench.admin.readers()), 120, "agents unsubscribed"
+    poll(
+        lambda: not any(r.subscribed for r in bench.admin.readers()),
+        timeout_s=120,
+        what="agents unsubscribed",
     )
     result = summarize(rounds, n, idle)
     progress.update(task, description=f"{layout} {n} agents: done")
@@ -786,8 +795,10 @@ def profile_round(bench: Bench, args: argparse.Namespace, layout: str, n: int) -
         if path.exists():
             out[f"py_spy_{name}"] = pyspy_top(path)
             out[f"py_spy_{name}_file"] = str(path)
-    wait_until(
-        lambda: not any(r.subscribed for r in bench.admin.readers()), 120, "agents unsubscribed"
+    poll(
+        lambda: not any(r.subscribed for r in bench.admin.readers()),
+        timeout_s=120,
+        what="agents unsubscribed",
     )
     return out
 
@@ -846,88 +857,82 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     layouts = result["summary"]["layouts"]
     modes = [m for m in MODES if m in result["config"]["modes"]]
-    fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 5), squeeze=False)
-    styles = {
-        "one": ("#1f77b4", "one process (coordinator thread + agents)"),
-        "procs": ("#2ca02c", "coordinator process + agents in worker processes"),
-    }
-    all_counts: set[int] = set()
-    for ax, mode in zip(axes[0], modes, strict=True):
-        for layout, per in layouts.items():
-            counts = sorted(int(n) for n in per if mode in per[n])
-            all_counts.update(counts)
-            color, label = styles[layout]
-            for pct, marker, alpha in (("p50_ms", "o-", 1.0), ("p99_ms", "s--", 0.7)):
-                med = [per[str(n)][mode]["e2e"][pct]["median"] for n in counts]
-                lo = [
-                    m - per[str(n)][mode]["e2e"][pct]["min"]
-                    for m, n in zip(med, counts, strict=True)
-                ]
-                hi = [
-                    per[str(n)][mode]["e2e"][pct]["max"] - m
-                    for m, n in zip(med, counts, strict=True)
-                ]
-                ax.errorbar(
-                    counts,
-                    med,
-                    yerr=[lo, hi],
-                    fmt=marker,
-                    color=color,
-                    alpha=alpha,
-                    capsize=3,
-                    label=f"write -> all applied {pct[:3]}, {label}",
-                )
-            fanout = [per[str(n)][mode]["fanout"]["p50_ms"]["median"] for n in counts]
-            if not all(math.isnan(x) for x in fanout):
+    with figure(path, 1, len(modes), figsize=(6.5 * len(modes), 5), squeeze=False) as (_fig, axes):
+        styles = {
+            "one": ("#1f77b4", "one process (coordinator thread + agents)"),
+            "procs": ("#2ca02c", "coordinator process + agents in worker processes"),
+        }
+        all_counts: set[int] = set()
+        for ax, mode in zip(axes[0], modes, strict=True):
+            for layout, per in layouts.items():
+                counts = sorted(int(n) for n in per if mode in per[n])
+                all_counts.update(counts)
+                color, label = styles[layout]
+                for pct, marker, alpha in (("p50_ms", "o-", 1.0), ("p99_ms", "s--", 0.7)):
+                    med = [per[str(n)][mode]["e2e"][pct]["median"] for n in counts]
+                    lo = [
+                        m - per[str(n)][mode]["e2e"][pct]["min"]
+                        for m, n in zip(med, counts, strict=True)
+                    ]
+                    hi = [
+                        per[str(n)][mode]["e2e"][pct]["max"] - m
+                        for m, n in zip(med, counts, strict=True)
+                    ]
+                    ax.errorbar(
+                        counts,
+                        med,
+                        yerr=[lo, hi],
+                        fmt=marker,
+                        color=color,
+                        alpha=alpha,
+                        capsize=3,
+                        label=f"write -> all applied {pct[:3]}, {label}",
+                    )
+                fanout = [per[str(n)][mode]["fanout"]["p50_ms"]["median"] for n in counts]
+                if not all(math.isnan(x) for x in fanout):
+                    ax.plot(
+                        counts,
+                        fanout,
+                        "v-.",
+                        color=color,
+                        alpha=0.6,
+                        label=f"coordinator fan-out p50 (its own share), {layout}",
+                    )
+                coord = [per[str(n)][mode]["coordinator"]["p50_ms"]["median"] for n in counts]
                 ax.plot(
                     counts,
-                    fanout,
-                    "v-.",
+                    coord,
+                    "^:",
                     color=color,
                     alpha=0.6,
-                    label=f"coordinator fan-out p50 (its own share), {layout}",
+                    label=f"coordinator-measured p50, {layout}",
                 )
-            coord = [per[str(n)][mode]["coordinator"]["p50_ms"]["median"] for n in counts]
-            ax.plot(
-                counts,
-                coord,
-                "^:",
-                color=color,
-                alpha=0.6,
-                label=f"coordinator-measured p50, {layout}",
+            for layout, per in layouts.items():
+                counts = sorted(int(n) for n in per if mode in per[n])
+                watch = [per[str(n)][mode]["watch"]["p50_ms"]["median"] for n in counts]
+                ax.plot(
+                    counts,
+                    watch,
+                    "x-",
+                    color="#7f7f7f",
+                    label=f"bare etcd watch p50 (baseline), {layout}",
+                )
+            ax.axhline(
+                250, color="#d62728", lw=0.8, ls="-.", label="goal: p99 250 ms at 1,000 agents"
             )
-        for layout, per in layouts.items():
-            counts = sorted(int(n) for n in per if mode in per[n])
-            watch = [per[str(n)][mode]["watch"]["p50_ms"]["median"] for n in counts]
-            ax.plot(
-                counts,
-                watch,
-                "x-",
-                color="#7f7f7f",
-                label=f"bare etcd watch p50 (baseline), {layout}",
-            )
-        ax.axhline(250, color="#d62728", lw=0.8, ls="-.", label="goal: p99 250 ms at 1,000 agents")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ticks = sorted(all_counts)
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([str(n) for n in ticks])
-        ax.set_xlabel("reader agents (each with its own link and connection)")
-        ax.set_ylabel("ms (median of rounds; bars: min - max)")
-        what = "direct etcd write" if mode == "etcd" else "AdminClient.put_stream"
-        ax.set_title(f"reconcile latency, {what}")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6.5)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ticks = sorted(all_counts)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([str(n) for n in ticks])
+            ax.set_xlabel("reader agents (each with its own link and connection)")
+            ax.set_ylabel("ms (median of rounds; bars: min - max)")
+            what = "direct etcd write" if mode == "etcd" else "AdminClient.put_stream"
+            ax.set_title(f"reconcile latency, {what}")
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=6.5)
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -1028,7 +1033,18 @@ def _counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(
+        __doc__,
+        smoke={
+            "agents": "1,10",
+            "spread": "10",
+            "workers": 2,
+            "changes": 3,
+            "repeat": 1,
+            "idle": 0.5,
+        },
+        repeat=3,
+    )
     parser.add_argument(
         "--agents", default="1,10,100", help="agent counts, all in this process ('' for none)"
     )
@@ -1039,7 +1055,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=8, help="worker processes for --spread")
     parser.add_argument("--changes", type=int, default=50, help="changes per round and write path")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds per agent count")
     parser.add_argument("--modes", default=",".join(MODES), help="write paths: etcd,admin")
     parser.add_argument(
         "--heartbeat", type=float, default=2.0, help="agents' heartbeat, seconds (product default)"
@@ -1063,7 +1078,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the coordinator")
     parser.add_argument("--py-spy", action="store_true", help="py-spy the coordinator process")
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     args.agents = _counts(args.agents)
     args.spread = _counts(args.spread)
@@ -1098,9 +1112,8 @@ def main(argv: list[str] | None = None) -> int:
     measured = run(args)
     result["summary"] = {"layouts": measured["layouts"], "profile": measured["profile"]}
     result["rounds"] = measured["rounds"]
-    json_path, png = finish("reconcile_latency", result, args.out, plot)
+    finish("reconcile_latency", result, args, plot)
     print_summary(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

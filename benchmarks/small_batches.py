@@ -46,7 +46,6 @@ Results: ``benchmarks/out/small_batches.json`` and ``<out>/img/small_batches.png
 
 from __future__ import annotations
 
-import argparse
 import signal
 import statistics
 import sys
@@ -61,11 +60,12 @@ from rich.table import Table
 # First of what loads grpc or pyspark: it sets their environment.
 from benchmarks import read_rate as rr
 from benchmarks._common import (
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     median_range,
-    plain_consumer,
     progress_bar,
     quiet_logs,
     summary,
@@ -176,7 +176,7 @@ def fresh_read_ms(setup: rr.Setup, size: int, repeat: int = 3) -> float:
     start = max(0, setup.per_cluster[cluster] // rr.PARTITIONS // 2 - per)
     walls = []
     for i in range(repeat):
-        consumer = plain_consumer(bootstrap, f"bench-fresh-{i}")
+        consumer = rr.plain_consumer(bootstrap, f"bench-fresh-{i}")
         try:
             consumer.list_topics(rr.TOPIC, timeout=10)  # connected, as a worker's reader is
             left = dict.fromkeys(range(rr.PARTITIONS), per)
@@ -323,74 +323,71 @@ def summarize(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     summ = result["summary"]["sizes"]
     sizes = [int(s) for s in summ]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.6))
-    styles = {"multikafka": "o-", "floor_2": "s--", "floor_8": "^:"}
-    labels = {
-        "multikafka": "multikafka (discovered source)",
-        "floor_2": "no-I/O source, 2 tasks",
-        "floor_8": "no-I/O source, 8 tasks",
-    }
-    for source in SOURCES:
-        for ax, key, scale in ((left, "steady_rate", 1e-3), (right, "worker_cpu_per_million", 1)):
-            s = [summ[str(n)][source][key] for n in sizes]
-            med = [x["median"] * scale for x in s]
-            err = [
-                [m - x["min"] * scale for m, x in zip(med, s, strict=True)],
-                [x["max"] * scale - m for m, x in zip(med, s, strict=True)],
-            ]
-            ax.errorbar(sizes, med, yerr=err, fmt=styles[source], capsize=4, label=labels[source])
-    reads = [summ[str(n)]["read_floor"] for n in sizes]
-    med = [x["median"] / 1000 for x in reads]
-    left.errorbar(
-        sizes,
-        med,
-        yerr=[
-            [m - x["min"] / 1000 for m, x in zip(med, reads, strict=True)],
-            [x["max"] / 1000 - m for m, x in zip(med, reads, strict=True)],
-        ],
-        fmt="D-.",
-        capsize=4,
-        label="read floor: no-I/O floor's best + plain consumer's time",
-    )
-    for n in sizes:
-        row = summ[str(n)]
-        rate = row["multikafka"]["steady_rate"]["median"] / 1000
-        left.annotate(
-            f"{row['multikafka/floor_best']['median']:.2f}x floor\n"
-            f"{row['multikafka/read_floor']['median']:.2f}x read floor",
-            (n, rate),
-            xytext=(6, -22),
-            textcoords="offset points",
-            fontsize=8,
+    with figure(path, 1, 2, figsize=(13, 4.6)) as (fig, (left, right)):
+        styles = {"multikafka": "o-", "floor_2": "s--", "floor_8": "^:"}
+        labels = {
+            "multikafka": "multikafka (discovered source)",
+            "floor_2": "no-I/O source, 2 tasks",
+            "floor_8": "no-I/O source, 8 tasks",
+        }
+        for source in SOURCES:
+            for ax, key, scale in (
+                (left, "steady_rate", 1e-3),
+                (right, "worker_cpu_per_million", 1),
+            ):
+                s = [summ[str(n)][source][key] for n in sizes]
+                med = [x["median"] * scale for x in s]
+                err = [
+                    [m - x["min"] * scale for m, x in zip(med, s, strict=True)],
+                    [x["max"] * scale - m for m, x in zip(med, s, strict=True)],
+                ]
+                ax.errorbar(
+                    sizes, med, yerr=err, fmt=styles[source], capsize=4, label=labels[source]
+                )
+        reads = [summ[str(n)]["read_floor"] for n in sizes]
+        med = [x["median"] / 1000 for x in reads]
+        left.errorbar(
+            sizes,
+            med,
+            yerr=[
+                [m - x["min"] / 1000 for m, x in zip(med, reads, strict=True)],
+                [x["max"] / 1000 - m for m, x in zip(med, reads, strict=True)],
+            ],
+            fmt="D-.",
+            capsize=4,
+            label="read floor: no-I/O floor's best + plain consumer's time",
         )
-    left.set_yscale("log")
-    left.set_ylabel("steady rate, thousand records/s (batches 2-10)")
-    left.set_title(
-        f"Steady rate; multikafka / floor's best (goal >= {FLOOR_GOAL}) and / read floor",
-        fontsize=10,
-    )
-    right.set_ylabel("Python-worker CPU-s per 1M records")
-    right.set_title("Spark Python workers' CPU per record", fontsize=10)
-    for ax in (left, right):
-        ax.set_xscale("log")
-        ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
-        ax.set_xlabel("records per micro-batch (maxOffsetsPerTrigger)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(
-        f"Ten micro-batches per size, 2 clusters x 4 partitions, local[{rr.CORES}] "
-        f"({result['config']['repeat']} rounds, median and min-max)"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        for n in sizes:
+            row = summ[str(n)]
+            rate = row["multikafka"]["steady_rate"]["median"] / 1000
+            left.annotate(
+                f"{row['multikafka/floor_best']['median']:.2f}x floor\n"
+                f"{row['multikafka/read_floor']['median']:.2f}x read floor",
+                (n, rate),
+                xytext=(6, -22),
+                textcoords="offset points",
+                fontsize=8,
+            )
+        left.set_yscale("log")
+        left.set_ylabel("steady rate, thousand records/s (batches 2-10)")
+        left.set_title(
+            f"Steady rate; multikafka / floor's best (goal >= {FLOOR_GOAL}) and / read floor",
+            fontsize=10,
+        )
+        right.set_ylabel("Python-worker CPU-s per 1M records")
+        right.set_title("Spark Python workers' CPU per record", fontsize=10)
+        for ax in (left, right):
+            ax.set_xscale("log")
+            ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
+            ax.set_xlabel("records per micro-batch (maxOffsetsPerTrigger)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle(
+            f"Ten micro-batches per size, 2 clusters x 4 partitions, local[{rr.CORES}] "
+            f"({result['config']['repeat']} rounds, median and min-max)"
+        )
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -445,11 +442,9 @@ def print_table(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(__doc__, smoke={"sizes": [2_000], "batches": 3, "repeat": 1}, repeat=2)
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     parser.add_argument("--batches", type=int, default=10, help="micro-batches per size")
-    parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     quiet_logs()
@@ -464,9 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     result["records"] = {str(size): n for size, n in records.items()}
     result["runs"] = runs
     result["summary"] = summarize(runs, sizes)
-    json_path, png = finish("small_batches", result, args.out, plot)
+    finish("small_batches", result, args, plot)
     print_table(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -35,7 +35,6 @@ Writes ``benchmarks/out/spark_env.json`` and ``<out>/img/spark_env.png``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -52,8 +51,10 @@ from rich.table import Table
 
 from benchmarks._common import (
     ROOT,
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
     machine,
     median_range,
@@ -69,8 +70,8 @@ READ_PATH = "multikafka.reader_agent"
 VARIANTS = ("none", "archive", "archive, new app")
 
 
-def build(tmp: Path) -> dict[str, Path]:
-    """The wheels, and the archive with and without PySpark."""
+def build(tmp: Path, with_pyspark: bool = True) -> dict[str, Path]:
+    """The wheels, and the archive without PySpark (and with it, to compare)."""
     wheels = tmp / "wheels"
     subprocess.run(
         ["make", "-s", "-C", str(ROOT), "dist", f"DIST={wheels}", f"PYTHON={sys.executable}"],
@@ -78,7 +79,8 @@ def build(tmp: Path) -> dict[str, Path]:
         capture_output=True,
     )
     archives = {}
-    for name, extra in (("shipped", []), ("with PySpark", ["--with-pyspark"])):
+    variants = (("shipped", []), ("with PySpark", ["--with-pyspark"]))
+    for name, extra in variants if with_pyspark else variants[:1]:
         out = tmp / f"{name.replace(' ', '-')}.tar.gz"
         argv = [sys.executable, str(PACK), "--wheels", str(wheels), "--out", str(out), *extra]
         subprocess.run(argv, check=True, capture_output=True)
@@ -147,13 +149,13 @@ class Submitter:
         return records
 
 
-def measure(repeat: int, jobs: int) -> dict[str, Any]:
+def measure(repeat: int, jobs: int, with_pyspark: bool = True) -> dict[str, Any]:
     result: dict[str, Any] = {"machine": machine(), "repeat": repeat, "jobs": jobs}
     samples: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory() as tmp_name, progress_bar() as progress:
         tmp = Path(tmp_name)
         task = progress.add_task("spark env", total=3 + repeat * len(VARIANTS), note="make dist")
-        archives = build(tmp)
+        archives = build(tmp, with_pyspark)
         result["archives"] = {name: contents(path) for name, path in archives.items()}
         progress.advance(task)
         progress.update(task, note="unpacking")
@@ -184,47 +186,44 @@ def measure(repeat: int, jobs: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (sizes, times) = plt.subplots(1, 2, figsize=(12, 4.2), width_ratios=[1, 2.4])
-    names = list(result["archives"])
-    for i, key in enumerate(("packed_mb", "unpacked_mb")):
-        values = [result["archives"][n][key] for n in names]
-        xs = [x + (i - 0.5) * 0.38 for x in range(len(names))]
-        sizes.bar(xs, values, 0.38, label=key.replace("_mb", ""))
-        for x, v in zip(xs, values, strict=True):
-            sizes.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
-    sizes.set_xticks(range(len(names)), names)
-    sizes.set_ylabel("MB")
-    sizes.set_title("archive")
-    sizes.legend()
-    sizes.grid(axis="y", alpha=0.3)
-    labels = list(result["jobs_s"])
-    bars_with_range(
-        times,
-        labels,
-        [result["jobs_s"][label]["ready_s"] for label in labels],
-        label="s until its imports ran (median, min-max)",
-        colors=["tab:gray" if label.startswith("none") else "tab:orange" for label in labels],
-    )
-    times.tick_params(axis="x", labelrotation=30)
-    times.set_title("first task of each job (application #job)")
-    fig.suptitle("The packed Spark environment: size and first-task start")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    with figure(png, 1, 2, figsize=(12, 4.2), width_ratios=[1, 2.4]) as (fig, (sizes, times)):
+        names = list(result["archives"])
+        for i, key in enumerate(("packed_mb", "unpacked_mb")):
+            values = [result["archives"][n][key] for n in names]
+            xs = [x + (i - 0.5) * 0.38 for x in range(len(names))]
+            sizes.bar(xs, values, 0.38, label=key.replace("_mb", ""))
+            for x, v in zip(xs, values, strict=True):
+                sizes.text(x, v, f"{v:.0f}", ha="center", va="bottom", fontsize=8)
+        sizes.set_xticks(range(len(names)), names)
+        sizes.set_ylabel("MB")
+        sizes.set_title("archive")
+        sizes.legend()
+        sizes.grid(axis="y", alpha=0.3)
+        labels = list(result["jobs_s"])
+        bars_with_range(
+            times,
+            labels,
+            [result["jobs_s"][label]["ready_s"] for label in labels],
+            label="s until its imports ran (median, min-max)",
+            colors=["tab:gray" if label.startswith("none") else "tab:orange" for label in labels],
+        )
+        times.tick_params(axis="x", labelrotation=30)
+        times.set_title("first task of each job (application #job)")
+        fig.suptitle("The packed Spark environment: size and first-task start")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of the three applications")
+    parser = Arguments(__doc__, smoke={"repeat": 1, "jobs": 1, "pyspark_archive": False}, repeat=3)
     parser.add_argument("--jobs", type=int, default=3, help="one-task jobs per application")
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
+    parser.add_argument(
+        "--no-pyspark-archive",
+        dest="pyspark_archive",
+        action="store_false",
+        help="build no archive with PySpark (the size comparison)",
+    )
     args = parser.parse_args(argv)
-    result = measure(args.repeat, args.jobs)
-    json_path, png = finish("spark_env", result, args.out, plot)
+    result = measure(args.repeat, args.jobs, args.pyspark_archive)
+    finish("spark_env", result, args, plot)
     sizes = Table(title="archive, MB")
     for col in ("archive", "packed", "unpacked", "files", "largest"):
         sizes.add_column(col)
@@ -246,7 +245,6 @@ def main(argv: list[str] | None = None) -> int:
             median_range(r["job_s"], "{:.2f}"),
         )
     console.print(times)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -45,9 +45,12 @@ from rich.table import Table
 
 from benchmarks._common import (
     ROOT,
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
+    json_folder,
     machine,
     median_range,
     progress_bar,
@@ -265,45 +268,40 @@ def summarize(version: dict[str, Any]) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = result["versions"]
     names = [r["spark"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
-    colors = ["#4c72b0", "#55a868", "#c44e52", "#8172b2"]
-    bars = (
-        ([r["one_batch/raw"] for r in rows], "one micro-batch: rate / plain consumer"),
-        (
-            [r["steady/raw"] for r in rows],
-            f"{BATCHES} micro-batches: steady rate / plain consumer",
-        ),
-        ([r["cpu_per_million"]["one_batch"] for r in rows], "Python-worker CPU-s per 1M records"),
-    )
-    for ax, (values, label) in zip(axes, bars, strict=True):
-        bars_with_range(ax, names, values, label=label, colors=colors)
-        ax.set_xlabel("PySpark")
-    # Spark's floor (the no-I/O source) and the plain consumer on the same axes.
-    lines = (
-        (0, [r["floor_one_batch_rate"]["median"] / r["raw_rate"]["median"] for r in rows],
-         "k--", "no-I/O Python source (Spark's floor)"),
-        (1, [max(v["median"] for v in r["floor_steady_rate"].values()) / r["raw_rate"]["median"]
-             for r in rows], "k--", "no-I/O source, better of 2 and 8 tasks"),
-        (2, [r["cpu_per_million"]["floor_one_batch"]["median"] for r in rows],
-         "k--", "no-I/O Python source"),
-        (2, [r["cpu_per_million"]["raw_nogc_count"]["median"] for r in rows],
-         "k:", "plain consumer (count only)"),
-    )  # fmt: skip
-    for i, ys, style, label in lines:
-        axes[i].plot(names, ys, style, marker="o", label=label)
-    for ax in axes:
-        ax.legend(fontsize=8)
-    fig.suptitle(f"multikafka per PySpark version ({result['records']:,} records, local[2])")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, 1, 3, figsize=(14, 4.2)) as (fig, axes):
+        colors = ["#4c72b0", "#55a868", "#c44e52", "#8172b2"]
+        bars = (
+            ([r["one_batch/raw"] for r in rows], "one micro-batch: rate / plain consumer"),
+            (
+                [r["steady/raw"] for r in rows],
+                f"{BATCHES} micro-batches: steady rate / plain consumer",
+            ),
+            (
+                [r["cpu_per_million"]["one_batch"] for r in rows],
+                "Python-worker CPU-s per 1M records",
+            ),
+        )
+        for ax, (values, label) in zip(axes, bars, strict=True):
+            bars_with_range(ax, names, values, label=label, colors=colors)
+            ax.set_xlabel("PySpark")
+        # Spark's floor (the no-I/O source) and the plain consumer on the same axes.
+        lines = (
+            (0, [r["floor_one_batch_rate"]["median"] / r["raw_rate"]["median"] for r in rows],
+             "k--", "no-I/O Python source (Spark's floor)"),
+            (1, [max(v["median"] for v in r["floor_steady_rate"].values()) / r["raw_rate"]["median"]
+                 for r in rows], "k--", "no-I/O source, better of 2 and 8 tasks"),
+            (2, [r["cpu_per_million"]["floor_one_batch"]["median"] for r in rows],
+             "k--", "no-I/O Python source"),
+            (2, [r["cpu_per_million"]["raw_nogc_count"]["median"] for r in rows],
+             "k:", "plain consumer (count only)"),
+        )  # fmt: skip
+        for i, ys, style, label in lines:
+            axes[i].plot(names, ys, style, marker="o", label=label)
+        for ax in axes:
+            ax.legend(fontsize=8)
+        fig.suptitle(f"multikafka per PySpark version ({result['records']:,} records, local[2])")
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -341,12 +339,20 @@ def print_table(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--versions", nargs="+", default=list(VERSIONS), metavar="VERSION")
+    parser = Arguments(
+        __doc__,
+        smoke={"versions": ["current"], "records": 20_000, "repeat": 1, "warmup": 0},
+        repeat=2,
+    )
+    parser.add_argument(
+        "--versions",
+        nargs="+",
+        default=list(VERSIONS),
+        metavar="VERSION",
+        help="each in the venv make test-spark-matrix makes; 'current': this Python's PySpark",
+    )
     parser.add_argument("--records", type=int, default=500_000)
-    parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -364,10 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"repeat": args.repeat, "warmup": args.warmup, "batches": BATCHES},
         "versions": [],
     }
-    out_dir = ROOT / "benchmarks" / "out"
+    out_dir = json_folder(args)
     out_dir.mkdir(parents=True, exist_ok=True)
     for version in args.versions:
-        python = venv_for(version) / "bin" / "python"
+        # "current": this interpreter's PySpark (no matrix venv needed)
+        python = sys.executable if version == "current" else venv_for(version) / "bin" / "python"
         part = out_dir / f"spark_versions.{version}.json"
         console.rule(f"PySpark {version}")
         counts = [f"--records={args.records}", f"--repeat={args.repeat}", f"--warmup={args.warmup}"]
@@ -379,9 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         measured = summarize(json.loads(part.read_text()))
         result["versions"].append(measured)
         result["records"] = measured["records"]
-    json_path, png = finish("spark_versions", result, args.out, plot)
+    finish("spark_versions", result, args, plot)
     print_table(result)
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -40,7 +40,6 @@ import os
 
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-import argparse
 import asyncio
 import json
 import re
@@ -60,15 +59,18 @@ from rich.table import Table
 
 from benchmarks._common import (
     ROOT,
+    Arguments,
     console,
+    figure,
     finish,
     machine,
     median_range,
     progress_bar,
     quiet_logs,
     summary,
-    wait_until,
 )
+from multikafka.core.retry import poll
+from multikafka.devstack import procfs
 
 if TYPE_CHECKING:
     from multikafka.coordinator.clusters.kafka import OffsetQuery
@@ -126,17 +128,11 @@ class ScaleMetadata:
 def process_usage() -> dict[str, float]:
     """This process's CPU, the calling thread's CPU (asked on an event loop:
     the loop's) and memory."""
-    status = Path("/proc/self/status").read_text()
-    mem = {
-        line.split(":")[0]: int(line.split()[1]) / 1024
-        for line in status.splitlines()
-        if line.startswith(("VmRSS", "VmHWM"))
-    }
     return {
         "cpu_s": time.process_time(),
         "loop_cpu_s": time.thread_time(),
-        "rss_mb": mem["VmRSS"],
-        "hwm_mb": mem["VmHWM"],
+        "rss_mb": procfs.memory_mib(),
+        "hwm_mb": procfs.memory_mib(field="VmHWM"),
     }
 
 
@@ -178,7 +174,7 @@ def serve(etcd_url: str, prefix: str, fake: bool) -> None:
         settle_heap()  # as the command does
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(
-            None, lambda: wait_until(lambda: coordinator.is_leader, 60, "leadership")
+            None, lambda: poll(lambda: coordinator.is_leader, timeout_s=60, what="leadership")
         )
         reply({"address": coordinator.address, "pid": os.getpid()})
         try:
@@ -520,7 +516,7 @@ def measure(
         def resolved() -> bool:
             return len(planner.resolve(STREAM, earliest)[0]) >= expected
 
-        wait_until(resolved, 120, f"{expected} splits discovered")
+        poll(resolved, timeout_s=120, what=f"{expected} splits discovered")
         start, _ = planner.resolve(STREAM, earliest)
         state: dict[str, Any] = {}
 
@@ -647,65 +643,57 @@ def real_layout(work: Path, cleanup: ExitStack) -> dict[str, tuple[str, list[str
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sizes = result["sizes"]
     ns = [s["splits"] for s in sizes]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    for ax, key, title in (
-        (axes[0][0], "coordinator_cpu_ms", "coordinator CPU per call"),
-        (axes[0][1], "client_ms", "call time at the client"),
-    ):
-        for call in CALLS:
-            med = [s["calls"][call][key]["median"] for s in sizes]
-            lo = [s["calls"][call][key]["min"] for s in sizes]
-            hi = [s["calls"][call][key]["max"] for s in sizes]
-            line = ax.plot(ns, med, "o-", label=call)[0]
-            ax.fill_between(ns, lo, hi, color=line.get_color(), alpha=0.15)
-        for real in result.get("real", []):
-            for call in GOAL_CALLS:
-                ax.plot(
-                    [real["splits"]],
-                    [real["calls"][call][key]["median"]],
-                    "*",
-                    markersize=12,
-                    color="black",
-                )
-        ax.axhline(GOAL_MS, color="red", linestyle="--", label=f"goal {GOAL_MS:.0f} ms")
+    with figure(path, 2, 2, figsize=(12, 8.5)) as (fig, axes):
+        for ax, key, title in (
+            (axes[0][0], "coordinator_cpu_ms", "coordinator CPU per call"),
+            (axes[0][1], "client_ms", "call time at the client"),
+        ):
+            for call in CALLS:
+                med = [s["calls"][call][key]["median"] for s in sizes]
+                lo = [s["calls"][call][key]["min"] for s in sizes]
+                hi = [s["calls"][call][key]["max"] for s in sizes]
+                line = ax.plot(ns, med, "o-", label=call)[0]
+                ax.fill_between(ns, lo, hi, color=line.get_color(), alpha=0.15)
+            for real in result.get("real", []):
+                for call in GOAL_CALLS:
+                    ax.plot(
+                        [real["splits"]],
+                        [real["calls"][call][key]["median"]],
+                        "*",
+                        markersize=12,
+                        color="black",
+                    )
+            ax.axhline(GOAL_MS, color="red", linestyle="--", label=f"goal {GOAL_MS:.0f} ms")
+            ax.set_yscale("log")
+            ax.set_ylabel("ms (median, band: min-max)")
+            ax.set_title(f"{title} (stars: tansu, latest and plan)")
+        ax = axes[1][0]
+        ax.plot(ns, [s["rss_mb"] for s in sizes], "o-", label="RSS after the rounds")
+        ax.plot(ns, [s["peak_rss_mb"] for s in sizes], "s--", label="peak RSS")
+        ax.axhline(GOAL_RSS_MB, color="red", linestyle="--", label=f"goal {GOAL_RSS_MB:.0f} MB")
+        ax.set_ylabel("MB")
+        ax.set_title("coordinator memory")
+        ax = axes[1][1]
+        for form in sizes[0]["offset_json_bytes"]:
+            ax.plot(ns, [s["offset_json_bytes"][form] / 1024 for s in sizes], "o-", label=form)
+        ax.plot(
+            ns,
+            [s["etcd_progress_bytes"] / 1024 for s in sizes],
+            "s--",
+            color="gray",
+            label="query progress in etcd (per Commit)",
+        )
         ax.set_yscale("log")
-        ax.set_ylabel("ms (median, band: min-max)")
-        ax.set_title(f"{title} (stars: tansu, latest and plan)")
-    ax = axes[1][0]
-    ax.plot(ns, [s["rss_mb"] for s in sizes], "o-", label="RSS after the rounds")
-    ax.plot(ns, [s["peak_rss_mb"] for s in sizes], "s--", label="peak RSS")
-    ax.axhline(GOAL_RSS_MB, color="red", linestyle="--", label=f"goal {GOAL_RSS_MB:.0f} MB")
-    ax.set_ylabel("MB")
-    ax.set_title("coordinator memory")
-    ax = axes[1][1]
-    for form in sizes[0]["offset_json_bytes"]:
-        ax.plot(ns, [s["offset_json_bytes"][form] / 1024 for s in sizes], "o-", label=form)
-    ax.plot(
-        ns,
-        [s["etcd_progress_bytes"] / 1024 for s in sizes],
-        "s--",
-        color="gray",
-        label="query progress in etcd (per Commit)",
-    )
-    ax.set_yscale("log")
-    ax.set_ylabel("KiB per micro-batch")
-    ax.set_title("offset JSON Spark writes per batch")
-    for ax in axes.flat:
-        ax.set_xscale("log")
-        ax.set_xlabel("splits")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
-    fig.suptitle("planning one micro-batch vs the number of splits")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        ax.set_ylabel("KiB per micro-batch")
+        ax.set_title("offset JSON Spark writes per batch")
+        for ax in axes.flat:
+            ax.set_xscale("log")
+            ax.set_xlabel("splits")
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=8)
+        fig.suptitle("planning one micro-batch vs the number of splits")
 
 
 def print_summary(result: dict[str, Any]) -> None:
@@ -753,9 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         serve(argv[1], argv[2], "--fake" in argv[3:])
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(__doc__, smoke={"splits": "1000", "repeat": 3}, repeat=5)
     parser.add_argument("--splits", default="1000,10000,100000", help="comma-separated sizes")
-    parser.add_argument("--repeat", type=int, default=5, help="measured rounds per size (>= 3)")
     parser.add_argument("--real", action="store_true", help="add 5,000 splits on tansu")
     parser.add_argument("--profile", action="store_true", help="cProfile the largest size")
     parser.add_argument(
@@ -763,7 +750,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="py-spy the coordinator (busy Python threads) at the largest size and on tansu",
     )
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args(argv)
     sizes = sorted(int(x) for x in args.splits.split(",") if x.strip())
     quiet_logs()
@@ -819,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(task, note="done")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    json_path, png = finish("splits_scale", result, args.out, plot)
+    finish("splits_scale", result, args, plot)
     print_summary(result)
     for size in result["sizes"] + result.get("real", []):
         where = f"{size['splits']:,} splits" + (" on tansu" if size["real"] else "")
@@ -833,7 +819,6 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(f"  {kind}:")
                 for row in size["py_spy"][kind][:15]:
                     console.print(f"    {row['share']:6.1%} {row['function']}")
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

@@ -25,7 +25,6 @@ ratios per round. Results: ``benchmarks/out/standalone.json`` and
 
 from __future__ import annotations
 
-import argparse
 import gc
 import signal
 import time
@@ -33,17 +32,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from benchmarks._common import (
+    Arguments,
     bars_with_range,
     console,
+    figure,
     finish,
     machine,
     median_range,
     progress_bar,
     quiet_logs,
     summary,
+    table,
 )
 from benchmarks.read_rate import STREAM, ReaderCpu, Run, Setup, read_agent, read_raw, started_stack
 
@@ -139,40 +139,30 @@ def summarize(runs: list[Run], repeat: int) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     methods = list(result["methods"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, key, label in (
-        (axes[0], "records_per_s", "records/s (wall)"),
-        (axes[1], "cpu_s_per_million", "CPU s per million records (reading threads)"),
-    ):
-        bars_with_range(
-            ax,
-            methods,
-            [result["methods"][m][key] for m in methods],
-            label=label,
-            colors=["#888", "#36c", "#6a9"],
+    with figure(path, 1, 2, figsize=(11, 4.2)) as (fig, axes):
+        for ax, key, label in (
+            (axes[0], "records_per_s", "records/s (wall)"),
+            (axes[1], "cpu_s_per_million", "CPU s per million records (reading threads)"),
+        ):
+            bars_with_range(
+                ax,
+                methods,
+                [result["methods"][m][key] for m in methods],
+                label=label,
+                colors=["#888", "#36c", "#6a9"],
+            )
+        c = result["config"]
+        fig.suptitle(
+            f"Standalone reader vs agent vs plain consumer: {c['records']:,} records, 2 tansu "
+            f"clusters; median and min-max of {c['repeat']} rounds"
         )
-    c = result["config"]
-    fig.suptitle(
-        f"Standalone reader vs agent vs plain consumer: {c['records']:,} records, 2 tansu "
-        f"clusters; median and min-max of {c['repeat']} rounds"
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Arguments(__doc__, smoke={"records": 20_000, "repeat": 3}, repeat=3)
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--value-size", type=int, default=100)
-    parser.add_argument("--out", default="docs")
     args = parser.parse_args(argv)
     if args.repeat < 3:
         parser.error("--repeat must be at least 3")
@@ -187,20 +177,21 @@ def main(argv: list[str] | None = None) -> int:
     with started_stack(args.records, args.value_size) as setup:
         runs = measure(setup, args.repeat)
     result.update(summarize(runs, args.repeat))
-    json_path, png = finish("standalone", result, args.out, plot)
-    table = Table(title="Standalone reader (median \\[min-max])")
-    for col in ("method", "records/s", "CPU s / M records"):
-        table.add_column(col)
-    for m, v in result["methods"].items():
-        table.add_row(
-            m,
-            median_range(v["records_per_s"], "{:,.0f}"),
-            median_range(v["cpu_s_per_million"], "{:.2f}"),
-        )
-    console.print(table)
+    finish("standalone", result, args, plot)
+    table(
+        "Standalone reader (median \\[min-max])",
+        ("method", "records/s", "CPU s / M records"),
+        (
+            (
+                m,
+                median_range(v["records_per_s"], "{:,.0f}"),
+                median_range(v["cpu_s_per_million"], "{:.2f}"),
+            )
+            for m, v in result["methods"].items()
+        ),
+    )
     for name, s in result["ratios"].items():
         console.print(f"{name}: {median_range(s, '{:.2f}')}")
-    console.print(f"wrote {json_path} and {png}")
     return 0
 
 

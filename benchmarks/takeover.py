@@ -14,80 +14,69 @@ Writes ``benchmarks/out/takeover.json`` and ``<out>/img/takeover.png``.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import console, finish, machine, progress_bar, summary, wait_until
-from multikafka.devstack import CoordinatorProcess, EtcdServer
+from benchmarks._common import Arguments, console, figure, finish, machine, progress_bar, summary
+from multikafka.core.retry import poll
+from multikafka.devstack import EtcdServer
+from multikafka.devstack.replicas import ReplicaSet
 
 
-def takeover(replicas: list[CoordinatorProcess], how: str) -> float:
+def takeover(replicas: ReplicaSet, how: str) -> float:
     """Kill or stop the leader; seconds until another replica leads."""
-    (leader,) = [r for r in replicas if r.is_leader()]
+    leader = replicas.leader()
     others = [r for r in replicas if r is not leader]
     started = time.monotonic()
     if how == "kill -9":
         leader.kill()
     else:
         leader.stop()
-    wait_until(lambda: any(r.is_leader() for r in others), 60, "a takeover", interval_s=0.01)
+    poll(
+        lambda: any(r.is_leader() for r in others), timeout_s=60, what="a takeover", interval_s=0.01
+    )
     elapsed = time.monotonic() - started
     leader.start()
     return elapsed
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    hows = list(result["rounds"])
-    ax.boxplot([result["rounds"][h] for h in hows], tick_labels=hows, orientation="horizontal")
-    for i, h in enumerate(hows, start=1):
-        ys = result["rounds"][h]
-        ax.scatter(ys, [i] * len(ys), s=12, color="black", zorder=3)
-    ax.axvline(result["config"]["ttl_s"] + 2, color="red", linestyle="--", label="bound: TTL + 2 s")
-    ax.set_xlabel("seconds without a leader")
-    ax.set_title(f"leader takeover, lease TTL {result['config']['ttl_s']} s")
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, figsize=(7, 3.5)) as (_fig, ax):
+        hows = list(result["rounds"])
+        ax.boxplot([result["rounds"][h] for h in hows], tick_labels=hows, orientation="horizontal")
+        for i, h in enumerate(hows, start=1):
+            ys = result["rounds"][h]
+            ax.scatter(ys, [i] * len(ys), s=12, color="black", zorder=3)
+        ax.axvline(
+            result["config"]["ttl_s"] + 2, color="red", linestyle="--", label="bound: TTL + 2 s"
+        )
+        ax.set_xlabel("seconds without a leader")
+        ax.set_title(f"leader takeover, lease TTL {result['config']['ttl_s']} s")
+        ax.legend(loc="lower right")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Arguments(__doc__, smoke={"rounds": 1, "ttl": 2.0})
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--ttl", type=float, default=5.0, help="lease TTL (s)")
-    parser.add_argument("--out", default="docs", help="docs directory (the PNG goes to img/)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="multikafka-takeover-"))
     etcd = EtcdServer(work).start()
-    replicas = [
-        CoordinatorProcess(work, f"c{i}", etcd=etcd.url, prefix="/takeover", lease_ttl_s=args.ttl)
-        for i in range(2)
-    ]
+    replicas = ReplicaSet(work, etcd=etcd.url, prefix="/takeover", lease_ttl_s=args.ttl)
     rounds: dict[str, list[float]] = {"kill -9": [], "SIGTERM": []}
     try:
-        for r in replicas:
-            r.start()
-        wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, "a leader")
+        replicas.add(2)
         with progress_bar() as progress:
             for how in rounds:
                 task = progress.add_task(how, total=args.rounds, note="")
                 for _ in range(args.rounds):
-                    wait_until(lambda: sum(r.is_leader() for r in replicas) == 1, 30, "a leader")
                     rounds[how].append(takeover(replicas, how))
                     progress.update(task, advance=1, note=f"last {rounds[how][-1]:.2f} s")
     finally:
-        for r in replicas:
-            r.stop()
+        replicas.stop()
         etcd.stop()
         shutil.rmtree(work, ignore_errors=True)
     result = {
@@ -102,8 +91,7 @@ def main() -> None:
             f"{how:>8}: median {s['median']:.2f} s \\[min {s['min']:.2f} - max {s['max']:.2f}] "
             f"over {s['n']} rounds (bound after a kill: {args.ttl + 2:.1f} s)"
         )
-    paths = finish("takeover", result, args.out, plot)
-    console.print(f"wrote {paths[0]} and {paths[1]}")
+    finish("takeover", result, args, plot)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,13 @@
-"""Helpers for tests: waiting for a condition, sequence checks, stream docs,
+"""Helpers for tests: waiting for a condition (over the core's ``poll``), sequence checks, stream docs,
 running the command line (the admin CLI in-process, a coordinator as a
 process of its own)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,14 +17,10 @@ import pytest
 
 from multikafka.core import offsets as ov
 from multikafka.core.env import PREFIX as SETTINGS_PREFIX
+from multikafka.core.retry import poll, poll_async
 from multikafka.devstack import free_port
-from multikafka.devstack.feed import (
-    Feed,
-    SequenceProducer,
-    create_topics,
-    fence,
-    sequence_report,
-)
+from multikafka.devstack.counts import sequence_report
+from multikafka.devstack.feed import Feed, SequenceProducer, create_topics, fence
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
 from multikafka.v1 import planner_pb2
 
@@ -65,22 +59,31 @@ def uid(prefix: str = "t") -> str:
 def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: float = 0.05) -> T:
     """Call ``check`` until it returns a truthy value without raising
     ``AssertionError``; return that value. On timeout, re-raise the last
-    assertion (or fail saying what was last returned)."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            last = check()
-            if last:
-                return last
-            error: AssertionError | None = None
-        except AssertionError as exc:
-            error = exc
-        if time.monotonic() > deadline:
-            if error is not None:
-                raise error
-            raise AssertionError(f"condition not met within {timeout_s}s (last value {last!r})")
-        time.sleep(interval_s)
+    assertion (or fail saying what was last returned). The polling is
+    :func:`multikafka.core.retry.poll`'s."""
+    last: list[Any] = [None]
+    try:
+        return poll(
+            _noting(check, last),
+            timeout_s=timeout_s,
+            what="condition",
+            interval_s=interval_s,
+            retry_on=(AssertionError,),
+        )
+    except TimeoutError:
+        raise AssertionError(
+            f"condition not met within {timeout_s}s (last value {last[0]!r})"
+        ) from None
+
+
+def _noting(check: Callable[[], T], last: list[Any]) -> Callable[[], T]:
+    """``check``, keeping what it returned last in ``last[0]``."""
+
+    def noted() -> T:
+        last[0] = check()
+        return last[0]  # type: ignore[no-any-return]
+
+    return noted
 
 
 def produce_sequence(
@@ -148,20 +151,19 @@ async def eventually_async(
 ) -> T:
     """:func:`eventually` for async tests: waits with ``asyncio.sleep``, so the
     event loop (and what the test waits for) runs meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            last = check()
-            if last:
-                return last
-            error: AssertionError | None = None
-        except AssertionError as exc:
-            error = exc
-        if time.monotonic() > deadline:
-            if error is not None:
-                raise error
-            raise AssertionError(f"condition not met within {timeout_s}s (last value {last!r})")
-        await asyncio.sleep(interval_s)
+    last: list[Any] = [None]
+    try:
+        return await poll_async(
+            _noting(check, last),
+            timeout_s=timeout_s,
+            what="condition",
+            interval_s=interval_s,
+            retry_on=(AssertionError,),
+        )
+    except TimeoutError:
+        raise AssertionError(
+            f"condition not met within {timeout_s}s (last value {last[0]!r})"
+        ) from None
 
 
 def assert_exactly_once(keys: Iterable[str], expected: dict[str, int]) -> None:

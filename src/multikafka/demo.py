@@ -41,6 +41,7 @@ from rich.table import Table
 
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import PreconditionError
+from multikafka.devstack.counts import ReadCounts
 from multikafka.devstack.feed import NOT_STREAM_PREFIX, Feed, create_topics, fence
 from multikafka.devstack.mirror import STRATEGIES, MirroredStream, mirrored_stream
 from multikafka.devstack.processes import EtcdServer, TansuBroker, temp_work_dir
@@ -106,11 +107,11 @@ def verify(spark: SparkSession, sink: Path, expected: dict[str, int]) -> Verific
         result.lost = result.produced
         return result
     result.read = {r["cluster"]: int(r["count"]) for r in keys.groupBy("cluster").count().collect()}
-    seen = {r["k"]: int(r["count"]) for r in keys.groupBy("k").count().collect()}
-    result.lost = sum(
-        1 for label, n in expected.items() for s in range(n) if f"{label}:{s}" not in seen
-    )
-    result.duplicated = sum(c - 1 for c in seen.values() if c > 1)
+    counts = ReadCounts()
+    for r in keys.groupBy("k").count().collect():
+        counts.add(r["k"], int(r["count"]))
+    report = counts.report(expected)
+    result.lost, result.duplicated = report.lost, report.read_again
     return result
 
 

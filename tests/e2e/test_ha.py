@@ -22,6 +22,7 @@ from multikafka.coordinator.state.etcd import KV, Etcd
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, EtcdCluster, EtcdServer
 from multikafka.devstack.feed import Feed, create_topics
+from multikafka.devstack.replicas import ReplicaSet
 from multikafka.v1 import reader_pb2, reader_pb2_grpc
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
@@ -43,36 +44,32 @@ class HA:
     work_dir: Path
     etcd: str
     prefix: str = field(default_factory=lambda: f"/ha-{uid('p')}")
-    replicas: list[CoordinatorProcess] = field(default_factory=list)
+    coordinators: ReplicaSet = field(init=False)
     query: Any = None
     feed: Feed | None = None
 
+    def __post_init__(self) -> None:
+        self.coordinators = ReplicaSet(
+            self.work_dir, etcd=self.etcd, prefix=self.prefix, args=["--discovery-interval", "0.5"]
+        )
+
+    @property
+    def replicas(self) -> list[CoordinatorProcess]:
+        return self.coordinators.replicas
+
     def start_replicas(self, n: int, *, ttl_s: float = TTL) -> list[CoordinatorProcess]:
-        for _ in range(n):
-            replica = CoordinatorProcess(
-                self.work_dir,
-                f"coordinator-{len(self.replicas)}",
-                etcd=self.etcd,
-                prefix=self.prefix,
-                lease_ttl_s=ttl_s,
-                args=["--discovery-interval", "0.5"],
-            )
-            self.replicas.append(replica.start())
+        self.coordinators.etcd = self.etcd  # a test may point them at an etcd of its own
+        self.coordinators.add(n, lease_ttl_s=ttl_s)
         self.leader()
         return self.replicas
 
     @property
     def addresses(self) -> str:
-        return ",".join(r.address for r in self.replicas)
+        return self.coordinators.addresses
 
     def leader(self, timeout_s: float = 30.0) -> CoordinatorProcess:
         """The one replica that leads (exactly one)."""
-
-        def one() -> CoordinatorProcess | None:
-            leading = [r for r in self.replicas if r.process.alive() and r.is_leader()]
-            return leading[0] if len(leading) == 1 else None
-
-        return eventually(one, timeout_s=timeout_s)
+        return self.coordinators.leader(timeout_s)
 
     def admin(self) -> AdminClient:
         return AdminClient(self.addresses)
@@ -118,8 +115,7 @@ class HA:
             self.query.stop()
         if self.feed is not None and self.feed.is_alive():
             self.feed.stop()
-        for r in self.replicas:
-            r.stop()
+        self.coordinators.stop()
 
 
 @pytest.fixture

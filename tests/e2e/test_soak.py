@@ -1,10 +1,11 @@
-"""The chaos soak (``benchmarks/soak.py``) for three minutes with a fixed
+"""The chaos soak (:mod:`multikafka.devstack.soak`, which the benchmark
+``benchmarks/soak.py`` runs for 20 minutes) for three minutes with a fixed
 seed: every kind of fault while a Spark query reads, then nothing lost,
 nothing read twice by a failover (each resumes right after the mirror's copy
 of the last record read), the query never restarted, the coordinators did
 not grow.
 
-It runs :func:`benchmarks.soak.run_soak` in a process of its own (spawned,
+It runs :func:`multikafka.devstack.soak.run_soak` in a process of its own (spawned,
 so a function call and not a command line): the soak kills Spark's Python
 workers, and a killed worker fails its task once, which needs a Spark that
 tries tasks more than once (``local[2,4]``, as a cluster's default); the
@@ -22,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks._chaos import STRATEGIES
-from benchmarks.soak import FAULTS
+from multikafka.devstack.chaos import STRATEGIES
+from multikafka.devstack.soak import FAULTS
 
 pytestmark = [
     pytest.mark.integration,
@@ -39,7 +40,7 @@ SEED = 7
 def _soak(minutes: float, seed: int, work_dir: str) -> dict[str, Any]:
     """In the child: the soak, stopping what it started when the pool is
     terminated (a test that times out), as it does when it ends."""
-    from benchmarks.soak import run_soak
+    from multikafka.devstack.soak import run_soak
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     return run_soak(minutes, seed, work_dir=Path(work_dir))

@@ -12,9 +12,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
-from multikafka.coordinator.translation.mm2 import OffsetSync, SyncStore
+from multikafka.coordinator.translation.mm2 import SyncStore
 from multikafka.core.mm2 import offset_syncs_topic
-from multikafka.devstack.feed import Feed, create_topics, is_stream_key, sequence_report
+from multikafka.core.mm2_records import OffsetSync
+from multikafka.devstack.counts import sequence_report
+from multikafka.devstack.feed import Feed, create_topics, is_stream_key
 from multikafka.devstack.mirror import EARLIER_KEY, Mm2Copy
 from multikafka.devstack.stack import TANSU_PROPERTIES
 from tests.conftest import KafkaClusters

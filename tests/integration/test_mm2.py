@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from multikafka.coordinator.translation.mm2 import Checkpoint, OffsetSync
 from multikafka.core.admin_client import AdminClient
+from multikafka.core.mm2_records import Checkpoint, OffsetSync
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer
 
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
-from multikafka.devstack import CoordinatorThread
+from multikafka.devstack import CoordinatorThread, procfs
 from multikafka.devstack.feed import create_topics
 from multikafka.reader_agent import ReaderAgent, ReadTask
 from multikafka.reader_agent.options import ReadOptions
@@ -236,11 +236,11 @@ def _os_threads() -> int:
     """OS threads of this process, without the coordinator's Kafka-call pool
     (a bounded ThreadPoolExecutor that starts its threads lazily)."""
     pool = sum(1 for t in threading.enumerate() if t.name.startswith("multikafka-kafka"))
-    return len(os.listdir("/proc/self/task")) - pool
+    return len(procfs.threads()) - pool
 
 
 def _open_fds() -> int:
-    return len(os.listdir("/proc/self/fd"))
+    return procfs.fds()
 
 
 def _consumers() -> int:

@@ -21,8 +21,8 @@ from multikafka.coordinator.planning.planner import ClusterSnapshot, plan_end
 from multikafka.coordinator.state.stream_state import FailoverRecord
 from multikafka.coordinator.translation import FailoverTranslator, ReadMark, ReadMarks
 from multikafka.coordinator.translation.failover import ESTIMATE, MATCHED, PARTIAL
-from multikafka.coordinator.translation.mm2 import OffsetSync
 from multikafka.core.fingerprint import Fingerprint, fingerprint
+from multikafka.core.mm2_records import OffsetSync
 from multikafka.core.model import ClusterState, FailoverStrategy, SplitId
 from multikafka.core.offsets import as_offsets
 from multikafka.core.ranges import SplitRange

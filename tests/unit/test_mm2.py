@@ -1,5 +1,5 @@
 """MirrorMaker 2 as a failover translation (``multikafka.coordinator.translation.mm2``):
-MM2's records byte for byte, its topic names, and its translation rule.
+MM2's records byte for byte (``multikafka.core.mm2_records``), its topic names, and its translation rule.
 
 How the golden bytes were derived (no MM2 or Kafka Connect runs here, so none
 were captured): from apache/kafka ``OffsetSync.java`` (``KEY_SCHEMA``: topic
@@ -25,8 +25,6 @@ from hypothesis import strategies as st
 from multikafka.coordinator.translation import mm2
 from multikafka.coordinator.translation.mm2 import (
     MAX_SYNCS,
-    Checkpoint,
-    OffsetSync,
     ReplicationPolicy,
     SyncsLocation,
     SyncStore,
@@ -36,6 +34,7 @@ from multikafka.coordinator.translation.mm2 import (
     offset_syncs_topic_of,
     remote_topic,
 )
+from multikafka.core.mm2_records import Checkpoint, OffsetSync
 
 
 def test_the_public_names_are_locked() -> None:

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from multikafka.coordinator.translation.mm2 import Checkpoint, OffsetSync
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 from multikafka.core.exceptions import ValidationError
+from multikafka.core.mm2_records import Checkpoint, OffsetSync
 from multikafka.core.model import FailoverStrategy, SplitId
 from multikafka.core.offsets import as_offsets
 from multikafka.devstack.stack import stream_doc

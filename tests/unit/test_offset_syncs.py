@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from multikafka.coordinator.translation.mm2 import OffsetSync, SyncStore
+from multikafka.coordinator.translation.mm2 import SyncStore
+from multikafka.core.mm2_records import OffsetSync
 from multikafka.devstack.offset_syncs import (
     OFFSET_LAG_MAX,
     OffsetSyncWriter,

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from multikafka.core.exceptions import UnavailableError, ValidationError
-from multikafka.core.retry import Backoff, poll, retry, retry_async
+from multikafka.core.retry import Backoff, poll, poll_async, retry, retry_async
 
 
 class Clock:
@@ -130,3 +130,57 @@ def test_poll_returns_the_first_truthy_value_or_names_what_it_waited_for() -> No
     assert clock.slept == pytest.approx([0.05, 0.05, 0.05])
     with pytest.raises(TimeoutError, match=r"topic t not within 0\.2s"):
         poll(lambda: False, timeout_s=0.2, what="topic t", sleep=clock.sleep, clock=clock)
+
+
+def test_poll_may_take_listed_errors_for_not_yet_and_raises_the_last() -> None:
+    clock = Clock()
+    answers = iter([AssertionError("first"), None, 7])
+
+    def check() -> int | None:
+        answer = next(answers)
+        if isinstance(answer, AssertionError):
+            raise answer
+        return answer
+
+    assert (
+        poll(
+            check, timeout_s=5, what="x", retry_on=(AssertionError,), sleep=clock.sleep, clock=clock
+        )
+        == 7
+    )
+
+    def failing() -> None:
+        raise AssertionError("still wrong")
+
+    with pytest.raises(AssertionError, match="still wrong"):
+        poll(
+            failing,
+            timeout_s=0.2,
+            what="x",
+            retry_on=(AssertionError,),
+            sleep=clock.sleep,
+            clock=clock,
+        )
+    with pytest.raises(ValueError, match="other"):
+        poll(
+            lambda: int("other"),
+            timeout_s=5,
+            what="x",
+            retry_on=(AssertionError,),
+            sleep=clock.sleep,
+            clock=clock,
+        )
+
+
+async def test_poll_async_waits_on_the_loop() -> None:
+    clock = Clock()
+    values = iter([None, None, "there"])
+    assert (
+        await poll_async(
+            lambda: next(values), timeout_s=5, what="x", sleep=clock.asleep, clock=clock
+        )
+        == "there"
+    )
+    assert clock.slept == pytest.approx([0.05, 0.05])
+    with pytest.raises(TimeoutError, match=r"y not within 0\.2s"):
+        await poll_async(lambda: None, timeout_s=0.2, what="y", sleep=clock.asleep, clock=clock)

@@ -1,4 +1,4 @@
-"""The soak's leak check (:func:`benchmarks.soak.coordinator_growth`) on
+"""The soak's leak check (:func:`multikafka.devstack.soak.coordinator_growth`) on
 made-up samples: a cluster replaced at the start of a stint is no leak, a
 replica that keeps gaining threads is."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.soak import GROWTH_ALLOWED, SETTLE_S, coordinator_growth
+from multikafka.devstack.soak import GROWTH_ALLOWED, SETTLE_S, coordinator_growth
 
 
 def _samples(threads: list[int]) -> list[dict[str, Any]]:

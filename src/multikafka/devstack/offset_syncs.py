@@ -42,7 +42,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from multikafka.coordinator.translation.mm2 import OffsetSync, SyncStore
+from multikafka.coordinator.translation.mm2 import SyncStore
+from multikafka.core.mm2_records import OffsetSync
 
 #: MM2's ``offset.lag.max`` default (``MirrorSourceConfig.OFFSET_LAG_MAX_DEFAULT``).
 OFFSET_LAG_MAX = 100

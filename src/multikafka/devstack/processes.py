@@ -24,6 +24,7 @@ from typing import IO
 from multikafka.coordinator import Coordinator, CoordinatorConfig
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.retry import Backoff, poll, retry
+from multikafka.devstack import procfs
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +37,7 @@ _FIRST_FREE_PORT = 10_000
 def ephemeral_ports() -> tuple[int, int]:
     """The range the kernel picks ports from itself (a bind to port 0, the
     local end of an outgoing connection); Linux's default where unreadable."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
+    return procfs.local_port_range() or (32768, 60999)
 
 
 def free_port() -> int:
@@ -139,10 +136,7 @@ class ManagedProcess:
 
     def frozen(self) -> bool:
         """Whether the process is stopped by :meth:`pause` (Linux /proc state T)."""
-        if not self.alive():
-            return False
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "T"
+        return self.alive() and procfs.state(self.pid) == "T"
 
     def terminate(self) -> None:
         """Ask it to exit (SIGTERM, after SIGCONT should it be paused), without

@@ -4,6 +4,7 @@ injectable sleep and clock (the shape of patroni's ``Retry``).
     retry(fn, on=(UnavailableError,), deadline_s=30)              # blocking code
     await retry_async(fn, on=(UnavailableError,), deadline_s=30)  # asyncio
     poll(check, timeout_s=20, what="topic t")                     # until check() is truthy
+    await poll_async(check, timeout_s=20, what="topic t")         # the same, on an event loop
 
 Without a deadline, retrying goes on until ``fn`` returns or raises something
 that is not retried (``on`` and ``when`` decide).
@@ -136,28 +137,64 @@ class _NotYet(Exception):
     pass
 
 
-def poll(
-    check: Callable[[], T | None],
-    *,
-    timeout_s: float,
-    what: str,
-    interval_s: float = 0.05,
-    sleep: Callable[[float], object] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> T:
-    """Call ``check`` every ``interval_s`` until it returns something truthy,
-    and return that. ``TimeoutError`` naming ``what`` after ``timeout_s``."""
-
+def _attempt(check: Callable[[], T | None]) -> Callable[[], T]:
     def attempt() -> T:
         value = check()
         if not value:
             raise _NotYet
         return value
 
+    return attempt
+
+
+def poll(
+    check: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.05,
+    retry_on: tuple[type[BaseException], ...] = (),
+    sleep: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """Call ``check`` every ``interval_s`` until it returns something truthy,
+    and return that. An error of a type in ``retry_on`` counts as "not yet";
+    the last one is raised if time runs out. ``TimeoutError`` naming
+    ``what`` after ``timeout_s``."""
     try:
         return retry(
-            attempt,
-            on=(_NotYet,),
+            _attempt(check),
+            on=(_NotYet, *retry_on),
+            deadline_s=timeout_s,
+            backoff=Backoff.constant(interval_s),
+            sleep=sleep,
+            clock=clock,
+        )
+    except _NotYet:
+        raise TimeoutError(f"{what} not within {timeout_s}s") from None
+
+
+async def poll_async(
+    check: Callable[[], T | None],
+    *,
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.05,
+    retry_on: tuple[type[BaseException], ...] = (),
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """:func:`poll` for coroutines: waits with ``asyncio.sleep``, so the
+    event loop (and what is waited for) runs meanwhile."""
+    attempt = _attempt(check)
+
+    async def attempt_async() -> T:
+        return attempt()
+
+    try:
+        return await retry_async(
+            attempt_async,
+            on=(_NotYet, *retry_on),
             deadline_s=timeout_s,
             backoff=Backoff.constant(interval_s),
             sleep=sleep,

@@ -56,11 +56,11 @@ from multikafka.coordinator.clusters.kafka import OffsetQuery, Record
 from multikafka.coordinator.state.stream_state import FailoverRecord, StreamView
 from multikafka.coordinator.translation.marks import Mark, ReadMarks
 from multikafka.coordinator.translation.matching import Found, Matcher
-from multikafka.coordinator.translation.mm2.records import Checkpoint
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
 from multikafka.core.kafka_config import reads_committed
+from multikafka.core.mm2_records import Checkpoint
 from multikafka.core.model import DEFAULT_MARGIN_MS, ClusterState, FailoverStrategy, SplitId
 from multikafka.core.offsets import clusters_of
 

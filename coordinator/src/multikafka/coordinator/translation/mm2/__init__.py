@@ -1,17 +1,13 @@
-"""MirrorMaker 2 as a failover translation (the ``mm2`` strategy): its
-records read as MM2 writes them, and its offset translation. Topic names and
-a stream document's ``mm2`` block are in :mod:`multikafka.core.mm2`.
+"""MirrorMaker 2 as a failover translation (the ``mm2`` strategy): its offset
+translation. MM2's naming (topic names, a stream document's ``mm2`` block)
+is in :mod:`multikafka.core.mm2`, its records (``OffsetSync``,
+``Checkpoint``, Kafka's struct encoding) in :mod:`multikafka.core.mm2_records`,
+beside it: the dev stack writes them too. Both are re-exported here.
 
-* :mod:`.records`: ``OffsetSync`` and ``Checkpoint``, Kafka's struct encoding;
 * :mod:`.syncs`: the syncs kept per partition and the translation rule;
 * :mod:`.tracker`: the leader's tail of every mirror's offset syncs.
 """
 
-from multikafka.coordinator.translation.mm2.records import (
-    CHECKPOINT_VERSION,
-    Checkpoint,
-    OffsetSync,
-)
 from multikafka.coordinator.translation.mm2.syncs import MAX_SYNCS, SyncStore
 from multikafka.core.mm2 import (
     ReplicationPolicy,
@@ -21,6 +17,11 @@ from multikafka.core.mm2 import (
     offset_syncs_topic,
     offset_syncs_topic_of,
     remote_topic,
+)
+from multikafka.core.mm2_records import (
+    CHECKPOINT_VERSION,
+    Checkpoint,
+    OffsetSync,
 )
 
 __all__ = [

@@ -49,7 +49,7 @@ restarts) has no counterpart: a failover translates once, from every sync.
 
 from __future__ import annotations
 
-from multikafka.coordinator.translation.mm2.records import OffsetSync
+from multikafka.core.mm2_records import OffsetSync
 
 #: Syncs kept per topic-partition: two per power-of-two distance (1 up to
 #: 2^63), the newest and the earliest.

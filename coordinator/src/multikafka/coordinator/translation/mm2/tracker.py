@@ -45,11 +45,11 @@ from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.per_stream import ChangedStreams
 from multikafka.coordinator.state.stream_state import StreamView
-from multikafka.coordinator.translation.mm2.records import Checkpoint, OffsetSync
 from multikafka.coordinator.translation.mm2.syncs import SyncStore
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.mm2 import Mm2Mirror, ReplicationPolicy, SyncsLocation
+from multikafka.core.mm2_records import Checkpoint, OffsetSync
 from multikafka.core.model import ClusterState, SplitId
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""The soak's world and the faults it injects (``benchmarks/soak.py``).
+"""The chaos soak's world and the faults it injects (:mod:`.soak`; the
+benchmark ``benchmarks/soak.py`` and the test ``tests/e2e/test_soak.py`` run it).
 
 :class:`World` is three coordinator replicas (processes of their own) on a
 three-member etcd, three one-broker Kafka clusters (tansu) holding the same
@@ -38,23 +39,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
-from benchmarks._common import wait_until
-from benchmarks._processes import usage
-from multikafka.coordinator.translation.mm2 import OffsetSync
 from multikafka.core.admin_client import AdminClient
-from multikafka.devstack import CoordinatorProcess, EtcdCluster, TansuBroker
+from multikafka.core.mm2 import offset_syncs_topic
+from multikafka.core.mm2_records import OffsetSync
+from multikafka.core.retry import poll
+from multikafka.devstack import procfs
 from multikafka.devstack.feed import Feed, create_topics
-from multikafka.devstack.mirror import create_syncs_topic
+from multikafka.devstack.mirror import OffsetSyncsTopic
 from multikafka.devstack.offset_syncs import OffsetSyncWriter
-from multikafka.devstack.processes import stop_together
+from multikafka.devstack.processes import (
+    CoordinatorProcess,
+    EtcdCluster,
+    TansuBroker,
+    stop_together,
+)
+from multikafka.devstack.replicas import ReplicaSet
 from multikafka.devstack.stack import stream_doc
 
 STREAM = "soak"
 TOPIC = "soak"
 PARTITIONS = 2
 QUERY_ID = "soak"
+#: The feed's label: its records are keyed ``r:<seq>``.
+LABEL = "r"
 #: The product's default lease: one etcd member lost may cost etcd a raft
 #: election, which a shorter lease would not outlast (tests/e2e/test_ha.py).
 LEASE_TTL_S = 5.0
@@ -106,10 +115,11 @@ def offset_of(bootstrap: str, topic: str, partition: int, key: str) -> list[int]
         position, deadline = 0, time.monotonic() + 60
         while position < end and time.monotonic() < deadline:
             for msg in consumer.consume(1000, 1.0):
-                if msg.error() is None:
-                    position = msg.offset() + 1
+                offset = msg.offset()
+                if msg.error() is None and offset is not None:
+                    position = offset + 1
                     if msg.key() == key.encode():
-                        found.append(msg.offset())
+                        found.append(offset)
         return found
     finally:
         consumer.close()
@@ -162,21 +172,17 @@ class World:
         self.work_dir = work_dir
         self.spark = spark
         self.etcd = EtcdCluster(work_dir, 3, name="etcd")
-        self.replicas = [
-            CoordinatorProcess(
-                work_dir,
-                f"coordinator-{i}",
-                etcd=self.etcd.urls,
-                prefix="/soak",
-                lease_ttl_s=LEASE_TTL_S,
-                args=["--discovery-interval", "0.5"],
-            )
-            for i in range(3)
-        ]
+        self.replicas = ReplicaSet(
+            work_dir,
+            etcd=self.etcd.urls,
+            prefix="/soak",
+            lease_ttl_s=LEASE_TTL_S,
+            args=["--discovery-interval", "0.5"],
+        )
         self.members: list[Member] = []
         self._next_id = 0
-        self.feed: Feed | None = None
-        self.admin: AdminClient | None = None
+        self._feed: Feed | None = None
+        self._admin: AdminClient | None = None
         #: The cluster the standbys are MM2 mirrors of (the one ACTIVE one).
         self.mm2_source: str | None = None
         #: Mirror -> (its source, since when the stream says so), as put.
@@ -193,17 +199,16 @@ class World:
         self.etcd.start()
         for _ in range(3):
             self.members.append(self._new_member(born=0))
-        for r in self.replicas:
-            r.start()
+        self.replicas.add(3)
         self.leader()
-        self.admin = AdminClient(self.addresses, timeout_s=60.0)
+        self._admin = AdminClient(self.addresses, timeout_s=60.0)
         self.members[0].state = "ACTIVE"
         self.put()
-        self.feed = Feed(
+        self._feed = Feed(
             [m.broker.bootstrap for m in self.members],
             TOPIC,
             PARTITIONS,
-            "r",
+            LABEL,
             chunk=50,
             pause_s=0.1,
         )
@@ -219,16 +224,33 @@ class World:
         self.names[broker.bootstrap] = cid
         return Member(cid, broker, born, now_ms())
 
+    @property
+    def started(self) -> bool:
+        return self._feed is not None
+
+    @property
+    def feed(self) -> Feed:
+        """The feed (once :meth:`start` started it)."""
+        if self._feed is None:
+            raise RuntimeError("the world is not started")
+        return self._feed
+
+    @property
+    def admin(self) -> AdminClient:
+        """An admin client of every replica (once :meth:`start` made it)."""
+        if self._admin is None:
+            raise RuntimeError("the world is not started")
+        return self._admin
+
     def stop(self) -> None:
         if self.syncs is not None:
             self.syncs.stop()
-        if self.feed is not None and self.feed.is_alive():
+        if self._feed is not None and self._feed.is_alive():
             with contextlib.suppress(RuntimeError):
-                self.feed.stop()
-        if self.admin is not None:
-            self.admin.close()
-        for r in self.replicas:
-            r.stop()
+                self._feed.stop()
+        if self._admin is not None:
+            self._admin.close()
+        self.replicas.stop()
         stop_together([m.broker.process for m in self.members])
         self.etcd.stop()
 
@@ -236,7 +258,7 @@ class World:
 
     @property
     def addresses(self) -> str:
-        return ",".join(r.address for r in self.replicas)
+        return self.replicas.addresses
 
     def doc(self) -> dict[str, Any]:
         doc = stream_doc(
@@ -256,7 +278,6 @@ class World:
         return doc
 
     def put(self) -> None:
-        assert self.admin is not None
         actives = [m.id for m in self.members if m.state == "ACTIVE"]
         if len(actives) == 1:
             self.mm2_source = actives[0]
@@ -281,7 +302,6 @@ class World:
         return next(m for m in self.members if m.id == cid)
 
     def query_offsets(self) -> dict[str, int]:
-        assert self.admin is not None
         for q in self.admin.queries():
             if q.query_id == QUERY_ID:
                 return dict(q.offsets)
@@ -299,13 +319,17 @@ class World:
                 s.startswith(f"{old}/") for s in offsets
             )
 
-        wait_until(switched, RECOVER_S, f"the query moving from {old} to {new}", 0.2)
+        poll(
+            switched,
+            timeout_s=RECOVER_S,
+            what=f"the query moving from {old} to {new}",
+            interval_s=0.2,
+        )
 
     def check_mirrors(self) -> None:
         """Every cluster holds the same records at the same offsets: with the
         feed held and fenced (exact high watermarks), the same end offsets;
         RuntimeError if not."""
-        assert self.feed is not None
         with self.feed.held(fenced=True):
             ends = {m.id: end_offsets(m.broker.bootstrap) for m in self.members}
         if len(set(map(tuple, ends.values()))) != 1:
@@ -315,19 +339,7 @@ class World:
 
     def leader(self, timeout_s: float = RECOVER_S) -> CoordinatorProcess:
         """The one replica that leads (exactly one, among those running)."""
-        found: list[CoordinatorProcess] = []
-
-        def one() -> bool:
-            leading = [
-                r
-                for r in self.replicas
-                if r.process.alive() and not r.process.frozen() and r.is_leader()
-            ]
-            found[:] = leading
-            return len(leading) == 1
-
-        wait_until(one, timeout_s, "exactly one coordinator leading", 0.1)
-        return found[0]
+        return self.replicas.leader(timeout_s)
 
     def usage(self) -> list[dict[str, Any]]:
         """Threads, fds and RSS of every replica that runs and is not frozen,
@@ -337,7 +349,7 @@ class World:
             if not r.process.alive() or r.process.frozen():
                 continue
             try:
-                u = usage(r.process.pid)
+                u = procfs.usage(r.process.pid)
             except OSError:
                 continue
             role = {200: "leader", 503: "standby"}.get(r.http("/leader")[0], "unknown")
@@ -351,26 +363,15 @@ class World:
         children of the ``pyspark.daemon`` of ``pyspark.worker`` the JVM
         started (it forks one per task slot; reused between tasks)."""
         jvm = self.spark.sparkContext._gateway.proc.pid
-        children: dict[int, list[int]] = {}
-        cmdlines: dict[int, str] = {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-            cmdlines[int(entry)] = cmd
+        table = procfs.processes()
+        children = procfs.children(table)
         # The daemon of task workers (the JVM starts others for the data
         # source's planning, ``pyspark.daemon pyspark.sql.worker.…``, and the
         # streaming source's runner: the driver's side, not tasks).
         daemons = [
             p
             for p in children.get(jvm, [])
-            if cmdlines.get(p, "").split()[-2:] == ["pyspark.daemon", "pyspark.worker"]
+            if table[p].cmdline.split()[-2:] == ["pyspark.daemon", "pyspark.worker"]
         ]
         return sorted(w for d in daemons for w in children.get(d, []))
 
@@ -382,7 +383,8 @@ class MirrorSyncFeed(threading.Thread):
     (:class:`~multikafka.devstack.offset_syncs.OffsetSyncWriter`, one per
     mirror and source, as one MM2 task from when the stream named it), and
     the syncs it gives are written to ``mm2-offset-syncs.<mirror>.internal``
-    on the source (MM2's default). The clusters are exact mirrors: a record's
+    on the source (MM2's default), by the dev stack's one writer of them
+    (:class:`~multikafka.devstack.mirror.OffsetSyncsTopic`). The clusters are exact mirrors: a record's
     offset is the same on each, so a sync maps an offset to itself."""
 
     def __init__(self, world: World) -> None:
@@ -391,8 +393,8 @@ class MirrorSyncFeed(threading.Thread):
         self.error: BaseException | None = None
         self.written = 0
         self._stop_event = threading.Event()
-        self._producers: dict[str, Producer] = {}
-        self._topics: set[tuple[str, str]] = set()
+        #: (source bootstrap, mirror) -> the writer of that mirror's syncs topic.
+        self._topics: dict[tuple[str, str], OffsetSyncsTopic] = {}
         #: (mirror, source, since named) -> MM2's rule for that replication,
         #: and per partition the next offset to take through it.
         self._writers: dict[tuple[str, str, float], tuple[OffsetSyncWriter, dict[int, int]]] = {}
@@ -412,9 +414,9 @@ class MirrorSyncFeed(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
         self.join(10)
-        for producer in self._producers.values():
-            producer.flush(2)
-        self._producers.clear()
+        for topic in self._topics.values():
+            topic.close(2)
+        self._topics.clear()
 
     def run(self) -> None:
         try:
@@ -424,9 +426,9 @@ class MirrorSyncFeed(threading.Thread):
             self.error = exc
 
     def _round(self) -> None:
-        feed = self.w.feed
-        if feed is None:
+        if not self.w.started:
             return
+        feed = self.w.feed
         members = {m.id: m for m in list(self.w.members)}
         mirrors = dict(self.w.mirrors)
         targets, delivered = feed.delivered_now()
@@ -452,29 +454,23 @@ class MirrorSyncFeed(threading.Thread):
                     if sync is not None:
                         due.append(sync)
                 taken[partition] = newest + 1
-            for sync in due:
-                self._write(bootstrap, f"mm2-offset-syncs.{mirror}.internal", sync)
             if due:
+                self._write(bootstrap, mirror, due)
                 self._since.setdefault((mirror, source), time.monotonic())
-        for bootstrap in set(self._producers) - {m.broker.bootstrap for m in members.values()}:
+        live = {m.broker.bootstrap for m in members.values()}
+        for key in [k for k in self._topics if k[0] not in live]:
             # A removed cluster (its broker killed): drop what it never took.
-            gone = self._producers.pop(bootstrap)
-            gone.purge()
-            gone.flush(0)
+            self._topics.pop(key).close(0)
 
-    def _write(self, bootstrap: str, topic: str, sync: OffsetSync) -> None:
-        if (bootstrap, topic) not in self._topics:
-            create_syncs_topic(bootstrap, topic)
-            self._topics.add((bootstrap, topic))
-        producer = self._producers.get(bootstrap)
-        if producer is None:
-            producer = self._producers[bootstrap] = Producer(
-                {"bootstrap.servers": bootstrap, "message.timeout.ms": 5000, "linger.ms": 0}
+    def _write(self, bootstrap: str, mirror: str, syncs: list[OffsetSync]) -> None:
+        topic = self._topics.get((bootstrap, mirror))
+        if topic is None:
+            # A source may be killed meanwhile: its syncs are given up in 5 s.
+            topic = self._topics[(bootstrap, mirror)] = OffsetSyncsTopic(
+                bootstrap, offset_syncs_topic(mirror), message_timeout_ms=5000
             )
-        key, value = sync.encode()
-        producer.produce(topic, key=key, value=value, partition=0)
-        producer.poll(0)
-        self.written += 1
+        topic.write(syncs)
+        self.written += len(syncs)
 
 
 class Faults:
@@ -493,12 +489,10 @@ class Faults:
 
     @property
     def admin(self) -> AdminClient:
-        assert self.w.admin is not None
         return self.w.admin
 
     @property
     def feed(self) -> Feed:
-        assert self.w.feed is not None
         return self.w.feed
 
     def next_strategy(self) -> str:
@@ -531,7 +525,12 @@ class Faults:
         # The pause lasts past the lease: its length is the scenario itself.
         time.sleep(max(0.0, hold - (time.monotonic() - paused)))
         old.resume()
-        wait_until(lambda: old.http("/leader")[0] == 503, 30, f"{old.name} standing by", 0.1)
+        poll(
+            lambda: old.http("/leader")[0] == 503,
+            timeout_s=30,
+            what=f"{old.name} standing by",
+            interval_s=0.1,
+        )
         self.w.leader()
         e.detail = (
             f"SIGSTOP {old.name} for {hold:.0f} s (lease {LEASE_TTL_S:.0f} s); "
@@ -547,7 +546,9 @@ class Faults:
         # The member stays down this long while the query runs on (the scenario).
         time.sleep(down)
         member.process.start()
-        wait_until(member.healthy, 60, f"etcd member {member.name} healthy", 0.2)
+        poll(
+            member.healthy, timeout_s=60, what=f"etcd member {member.name} healthy", interval_s=0.2
+        )
         self.w.leader()
         e.detail = f"kill -9 etcd member {member.name}, restarted after {down} s"
         return e
@@ -562,7 +563,7 @@ class Faults:
             found[:] = self.w.python_workers()
             return bool(found)
 
-        wait_until(workers, 60, "a Python worker of Spark", 0.05)
+        poll(workers, timeout_s=60, what="a Python worker of Spark", interval_s=0.05)
         pid = found[pick % len(found)]
         os.kill(pid, signal.SIGKILL)
         e.detail = f"kill -9 Python worker {pid} (of {len(found)})"
@@ -683,14 +684,14 @@ class Faults:
                 self.w.put()
                 self.admin.drain(STREAM, old.id)
         old.state = "DRAINING"
-        wait_until(
+        poll(
             lambda: any(
                 h.kind == "drain-complete" and h.cluster == old.id and h.time_ms >= activated
                 for h in self.admin.history(STREAM, limit=50)
             ),
-            RECOVER_S,
-            f"drain of {old.id} complete",
-            0.2,
+            timeout_s=RECOVER_S,
+            what=f"drain of {old.id} complete",
+            interval_s=0.2,
         )
         old.state, old.starting = "STANDBY", None
         self.w.put()
@@ -732,7 +733,8 @@ class Faults:
         what = f"kill -9 broker of {victim.id} ({victim.state})"
         if victim.state == "ACTIVE":
             target = self._failover(e, victim, pick, first_unread, cut)
-            assert target is not None
+            if target is None:  # eligible() said one was there a moment ago
+                raise RuntimeError(f"no standby to fail {victim.id} over to")
             what += f", failover to {target.id} ({e.strategy})"
         self.w.members.remove(victim)
         victim.broker.stop()

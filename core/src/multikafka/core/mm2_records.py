@@ -1,6 +1,8 @@
 """MirrorMaker 2's records, encoded and decoded as MM2 does
 (apache/kafka ``connect/mirror/.../OffsetSync.java`` and
-``connect/mirror-client/.../Checkpoint.java``).
+``connect/mirror-client/.../Checkpoint.java``), beside MM2's naming
+(:mod:`multikafka.core.mm2`): the coordinator reads them, the dev stack's
+mirrors write them.
 
 * :class:`OffsetSync`: one record of the offset-syncs topic: upstream record
   ``upstream_offset`` of a source topic-partition was replicated as record
