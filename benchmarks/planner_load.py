@@ -50,14 +50,14 @@ calls arrive (the CPU of the loop's wake-ups alone left out): a call that
 finds the loop asleep and the CPU's caches cold costs more than one of a
 busy loop.
 
-Access control (``--access``; issue 30): for each N, the same load against
+Access control (``--access``): for each N, the same load against
 a second coordinator (its own etcd prefix, the same clusters) given an
 access policy of ``--principals`` (50) principals, each a reader of its own
 team's glob and of the stream, the queries spread over all of their tokens;
 runs alternate, ``--access-rounds`` of each (the median is compared). The
 goal: at most 5 % more coordinator CPU per trigger than without a policy.
 
-The goal (issue 18): at most 1 ms of coordinator CPU per trigger of a
+The goal: at most 1 ms of coordinator CPU per trigger of a
 100-split query, so one leader serves 1,000 such queries at one trigger a
 second, and a client p99 at most 50 ms at 100 queries. ``--profile``
 records a cProfile of the coordinator's event loop at the largest N.

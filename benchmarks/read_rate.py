@@ -116,7 +116,7 @@ IN_PROCESS = ("raw", "raw_nogc_count", "agent", "agent_python")
 FINGERPRINT_GOAL = 1.02
 #: How often spark_batched splits the stream (maxOffsetsPerTrigger = 1/10).
 BATCHES = 10
-#: Goals of issue 8: worker CPU / baseline CPU; batched steady / in-batch rate.
+#: Goals: worker CPU / baseline CPU; batched steady / in-batch rate.
 CPU_GOAL = 1.5
 STEADY_GOAL = 0.8
 

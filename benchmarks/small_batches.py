@@ -29,7 +29,7 @@ and its counting, GC-off variant (``raw_nogc_count``) over the whole stream:
 
 The steady rate is that of micro-batches 2 to the last (records over Spark's
 ``triggerExecution`` times); multikafka's is taken as a ratio to the floor's
-best (the better of its 2- and 8-task runs) of the same round (issue 18's
+best (the better of its 2- and 8-task runs) of the same round (the
 goal), and to the read floor of that round: what a Kafka source that paid
 nothing beyond Spark's per-batch cost and the plain read would reach, the
 no-I/O floor's time per record plus ``raw_nogc_count``'s, i.e.
@@ -79,7 +79,7 @@ SIZES = (10_000, 100_000, 1_000_000)
 #: The floor's task counts: the cores, and one per split.
 FLOOR_TASKS = (2, 8)
 SOURCES = ("multikafka", *(f"floor_{n}" for n in FLOOR_TASKS))
-#: Goals of issue 18: steady rate / the floor's best; and for large
+#: Goals: steady rate / the floor's best; and for large
 #: batches, read_rate's (in-batch rate / plain consumer, worker CPU / baseline).
 FLOOR_GOAL = 0.8
 

@@ -1,5 +1,6 @@
 """The confluent-kafka releases ``multikafka-reader`` accepts are those whose
-``Message`` layout the compiled converter reads directly (issue 16):
+``Message`` layout the compiled converter reads directly (it reads the C
+struct, so an unknown layout would be read wrong rather than refused):
 ``reader_agent/pyproject.toml`` pins ``confluent-kafka>=A,<B``, and here the
 reader's wheel, with the oldest and with the newest release of that range in
 environments of their own, reads real messages with ``auto`` = ``c-direct``,

@@ -1,4 +1,5 @@
-"""Each deployable installs only what it runs (issue 15): ``make dist``'s
+"""Each deployable installs only what it runs (an executor or a coordinator
+image gets no library it never imports): ``make dist``'s
 wheels installed into fresh virtual environments, one per distribution.
 
 * ``multikafka-coordinator``: the service, with no pyarrow, PySpark or pandas,

@@ -1,4 +1,4 @@
-"""Executors that don't have multikafka (issue 16): a Spark standalone
+"""Executors that don't have multikafka (the usual case on a shared cluster): a Spark standalone
 cluster from the pip install of PySpark (a master and a worker started with
 ``spark-class``, each executor in a JVM of its own) whose workers' Python has
 nothing installed. The job (``submitted_job.py``) goes through

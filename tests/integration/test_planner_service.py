@@ -261,7 +261,7 @@ def test_unknown_stream_is_not_found(planner: PlannerClient) -> None:
 
 
 def test_producer_helper_fences_make_watermarks_exact(kafka: KafkaClusters) -> None:
-    """The test-data helper's contract with tansu (ARCHITECTURE.md): after a
+    """The test-data helper's contract with tansu (docs/architecture.md): after a
     batched produce and a fence, the high watermark counts every record."""
     from confluent_kafka import Consumer, TopicPartition
 

@@ -5,7 +5,8 @@ producers from one cluster to another as the demo fails over and back.
 Records are keyed ``"<label>:<seq>"`` so a reader can check that every
 sequence number arrived exactly once. Volume is produced in batches; each
 partition then gets one single-record *fence* (key ``__fence__``), which makes
-tansu's high watermark right for everything before it (see ARCHITECTURE.md).
+tansu's high watermark right for everything before it (docs/architecture.md,
+"The test broker's gaps").
 Keys starting with ``__`` (fences, the filler of :mod:`.mirror`) are no stream
 records: :func:`is_stream_key`.
 """

@@ -20,7 +20,7 @@ from multikafka.devstack.processes import (
 
 #: Client settings of every stream on the dev stack's tansu brokers: tansu
 #: answers a fetch only after the full fetch.wait.max.ms even when it has data
-#: (ARCHITECTURE.md). Not a product default.
+#: (docs/architecture.md, "The test broker's gaps"). Not a product default.
 TANSU_PROPERTIES = {"fetch.wait.max.ms": "10"}
 
 
