@@ -97,7 +97,9 @@ def register_floor_source(spark: Any) -> None:
         started = boot + ticks / os.sysconf("SC_CLK_TCK")
         with open(path, "a") as f:
             f.write(
-                json.dumps({"pid": os.getpid(), "started": started, "marks": {"task": time.time()}})
+                json.dumps(
+                    {"pid": os.getpid(), "started": started, "stamps": {"task": time.time()}}
+                )
             )
             f.write("\n")
 
@@ -179,15 +181,15 @@ def _ends(bootstraps: dict[str, str]) -> dict[str, dict[str, list[int]]]:
 
 def _workers(trace: Path, arrive_at: float) -> list[dict[str, float]]:
     """Each Python worker's first read (``reader_agent.startup``): seconds
-    from the record's arrival to its start and to each mark."""
+    from the record's arrival to its start and to each stamp."""
     if not trace.exists():
         return []
     out = []
     for line in trace.read_text().splitlines():
         w = json.loads(line)
-        marks = {"worker started": w["started"] or arrive_at, **w["marks"]}
+        stamps = {"worker started": w["started"] or arrive_at, **w["stamps"]}
         out.append(
-            {k: round(t - arrive_at, 3) for k, t in sorted(marks.items(), key=lambda m: m[1])}
+            {k: round(t - arrive_at, 3) for k, t in sorted(stamps.items(), key=lambda m: m[1])}
         )
     return out
 

@@ -94,7 +94,7 @@ STREAM = "bench"
 TOPIC = "bench"
 CLUSTERS = ("east", "west")
 PARTITIONS = 4
-#: What KafkaRangeReader asks consume() for at most per call.
+#: What KafkaRangeConsumer asks consume() for at most per call.
 CONSUME_BATCH = 20_000
 CORES = 2
 
@@ -335,12 +335,12 @@ def converter_env(name: str | None) -> Iterator[None]:
 
 @contextmanager
 def fingerprints_off() -> Iterator[None]:
-    """The range reader without its failover fingerprints (what it kept of
+    """The range consumer without its failover fingerprints (what it kept of
     each batch's last rows, and their hashing at a range's end), for the
     A/B of their cost: benchmark-side, the product has no such switch."""
-    from multikafka.reader_agent import range_reader
+    from multikafka.reader_agent import range_consumer
 
-    tail = range_reader._Tail
+    tail = range_consumer._Tail
     saved = tail.add, tail.fingerprints
     tail.add = lambda self, cols, rows, last: setattr(self, "last", last)  # type: ignore[method-assign]
     tail.fingerprints = lambda self: ()  # type: ignore[method-assign]

@@ -183,7 +183,7 @@ def fresh_read_ms(setup: rr.Setup, size: int, repeat: int = 3) -> float:
             t0 = time.perf_counter()
             consumer.assign([TopicPartition(rr.TOPIC, p, start) for p in left])
             while any(n > 0 for n in left.values()) and time.perf_counter() - t0 < 30:
-                # As the range reader takes: the first record, then what is fetched.
+                # As the range consumer takes: the first record, then what is fetched.
                 for m in consumer.consume(1, 1.0) + consumer.consume(rr.CONSUME_BATCH, 0):
                     partition = m.partition()
                     if m.error() is None and partition is not None:

@@ -1,4 +1,4 @@
-"""The range reader remembers where each partition's last range ended: a
+"""The range consumer remembers where each partition's last range ended: a
 range that starts there goes on from what the consumer already fetched, on a
 real broker; between reads the consumer fetches nothing; every other pattern
 of reads still gets exactly its records."""
@@ -17,7 +17,7 @@ from multikafka.core.model import Connection
 from multikafka.core.ranges import SplitRange
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
-from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
+from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, ReadOutcome
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, uid
 
@@ -29,8 +29,8 @@ def R(topic: str, partition: int, start: int, until: int) -> SplitRange:
     return SplitRange("a", topic, partition, start, until)
 
 
-def _reader(bootstrap: str, **kw: int) -> KafkaRangeReader:
-    return KafkaRangeReader(
+def _reader(bootstrap: str, **kw: int) -> KafkaRangeConsumer:
+    return KafkaRangeConsumer(
         Connection("a", bootstrap, Properties(TANSU_PROPERTIES)),
         poll_timeout_s=0.1,
         stall_check_s=1.0,
@@ -39,7 +39,7 @@ def _reader(bootstrap: str, **kw: int) -> KafkaRangeReader:
 
 
 def _read(
-    reader: KafkaRangeReader, ranges: list[SplitRange], *, within_s: float = 30.0
+    reader: KafkaRangeConsumer, ranges: list[SplitRange], *, within_s: float = 30.0
 ) -> tuple[list[tuple[int, int]], ReadOutcome]:
     """(partition, offset) of every record read, sorted; ranges not read
     within ``within_s`` are abandoned (the outcome says so)."""
@@ -62,7 +62,7 @@ def _expected(ranges: list[SplitRange]) -> list[tuple[int, int]]:
 
 
 @pytest.fixture
-def shared_reader(kafka: KafkaClusters) -> Iterator[tuple[KafkaRangeReader, str]]:
+def shared_reader(kafka: KafkaClusters) -> Iterator[tuple[KafkaRangeConsumer, str]]:
     (a,) = kafka.shared(1)
     topic = uid("cont")
     create_topics(a.bootstrap, {topic: 2})
@@ -76,7 +76,7 @@ def shared_reader(kafka: KafkaClusters) -> Iterator[tuple[KafkaRangeReader, str]
 @contextmanager
 def frozen_after_first_range(
     kafka: KafkaClusters,
-) -> Iterator[tuple[KafkaRangeReader, str]]:
+) -> Iterator[tuple[KafkaRangeConsumer, str]]:
     """A reader that read [0, 1000) of a 3,000-record partition (holding
     records after it), with the broker frozen inside."""
     cluster = kafka.private()
@@ -153,7 +153,7 @@ def test_between_reads_the_consumer_fetches_nothing(kafka: KafkaClusters) -> Non
 
 
 def test_every_pattern_of_reads_gets_exactly_its_records(
-    shared_reader: tuple[KafkaRangeReader, str],
+    shared_reader: tuple[KafkaRangeConsumer, str],
 ) -> None:
     reader, topic = shared_reader
     steps = [
@@ -182,7 +182,7 @@ def test_every_pattern_of_reads_gets_exactly_its_records(
 
 
 def test_what_is_kept_past_a_range_is_as_long_as_the_range(
-    shared_reader: tuple[KafkaRangeReader, str],
+    shared_reader: tuple[KafkaRangeConsumer, str],
 ) -> None:
     """librdkafka fetches far past a short range; the reader keeps (consumes
     and converts) only as many records past its end as the range had, for the
@@ -197,7 +197,7 @@ def test_what_is_kept_past_a_range_is_as_long_as_the_range(
 
 
 def test_a_read_stopped_early_leaves_the_next_read_exact(
-    shared_reader: tuple[KafkaRangeReader, str],
+    shared_reader: tuple[KafkaRangeConsumer, str],
 ) -> None:
     """A caller that stops iterating (Spark cancelled the task) leaves the
     consumer somewhere unknown: the next read must not trust it."""
@@ -217,7 +217,7 @@ def test_a_read_stopped_early_leaves_the_next_read_exact(
 
 
 def test_nothing_stays_assigned_and_unused_partitions_are_forgotten(
-    shared_reader: tuple[KafkaRangeReader, str],
+    shared_reader: tuple[KafkaRangeConsumer, str],
 ) -> None:
     """Between reads nothing is assigned; a partition unused for 8 reads is
     forgotten (its next range is positioned, not continued), and still read."""
@@ -235,7 +235,7 @@ def test_nothing_stays_assigned_and_unused_partitions_are_forgotten(
 
 
 def test_a_consumer_that_stopped_fetching_is_assigned_again(
-    shared_reader: tuple[KafkaRangeReader, str],
+    shared_reader: tuple[KafkaRangeConsumer, str],
 ) -> None:
     """Should the reader's kept state ever disagree with the consumer (here:
     the partition paused behind its back), a range does not wait forever:

@@ -17,7 +17,7 @@ from multikafka.core.model import Connection, Properties
 from multikafka.core.ranges import SplitRange
 from multikafka.devstack import free_port
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
+from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, ReadOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def test_reader_and_dev_stack_clients_log_unreachable_at_info(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER_NAME)
     port = free_port()
-    reader = KafkaRangeReader(Connection("gone", f"127.0.0.1:{port}", Properties()))
+    reader = KafkaRangeConsumer(Connection("gone", f"127.0.0.1:{port}", Properties()))
     reader.set_log_context([("orders", "gone")])
     outcome = ReadOutcome()
     started = time.monotonic()

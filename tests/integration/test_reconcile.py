@@ -192,7 +192,7 @@ def test_only_the_changed_subreader_restarts(
     produce_sequence(moved.bootstrap, topic, 1, "b", range(20, 30))
     keys = _read_all(agent, _tasks(coordinator, name, "q2"))
     assert "b:25" in keys
-    assert agent._subs[(name, "b")].reader.connection.bootstrap_servers == moved.bootstrap  # type: ignore[attr-defined]
+    assert agent._subs[(name, "b")].consumer.connection.bootstrap_servers == moved.bootstrap  # type: ignore[attr-defined]
     # The coordinator sees the restart in the agent's heartbeat.
     eventually(
         lambda: any(

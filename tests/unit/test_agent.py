@@ -1,4 +1,4 @@
-"""The reader agent with a fake range reader: reading tasks, reusing sub-readers,
+"""The reader agent with a fake range consumer: reading tasks, reusing sub-readers,
 and applying reconcile events (restart only what changed, close what went away)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from multikafka.reader_agent.arrow import (
     TIMESTAMP_TYPE,
     Columns,
 )
-from multikafka.reader_agent.range_reader import ReadOutcome
+from multikafka.reader_agent.range_consumer import ReadOutcome
 from multikafka.reader_agent.task import ReadTask
 from multikafka.v1 import reader_pb2
 from tests.helpers import eventually
@@ -76,7 +76,7 @@ class FakeReader:
 
 
 class FakeFactory:
-    """A RangeReaderFactory that records every reader it makes."""
+    """A RangeConsumerFactory that records every reader it makes."""
 
     def __init__(self) -> None:
         self.made: list[FakeReader] = []

@@ -15,7 +15,7 @@ from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent.agent import ReaderAgent
 from multikafka.reader_agent.arrow import TIMESTAMP_TYPE, Columns
 from multikafka.reader_agent.payloads import PayloadDecoding
-from multikafka.reader_agent.range_reader import ReadOutcome
+from multikafka.reader_agent.range_consumer import ReadOutcome
 from multikafka.reader_agent.task import ReadTask
 
 

@@ -4,7 +4,7 @@ batches it cannot take go to the Python converter.
 
 The messages are real ``confluent_kafka.Message`` objects (this version of
 confluent-kafka can construct one), so the compiled converter reads the same
-struct here as on consumed messages; ``tests/integration/test_range_reader.py``
+struct here as on consumed messages; ``tests/integration/test_range_consumer.py``
 runs both converters on consumed ones.
 """
 
@@ -149,7 +149,7 @@ def test_filtered_columns_forget_the_converters_index(converter: str) -> None:
     cols = convert(sample(), include_headers=False, converter=converter)
     pairs, codes = cols.partitions()
     keep = np.array([True, False, True, True, False, False])
-    # as KafkaRangeReader does: the same pairs, the codes of the rows kept
+    # as KafkaRangeConsumer does: the same pairs, the codes of the rows kept
     assert cols.filter(keep).last_per_partition((pairs, codes[keep])) == {
         ("orders", 0): (6, -1),
         ("refunds", 0): (7, 0),

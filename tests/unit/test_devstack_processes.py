@@ -71,11 +71,18 @@ def test_a_coordinator_asked_for_any_port_gets_a_free_port() -> None:
 
 #: A child that, asked to exit, takes a while (as a tansu broker draining a
 #: fetching client does): its lines say when it was asked and when it exits.
+#: A child that, asked to stop, waits (up to 5 s) until all its siblings
+#: were asked too: stopping one at a time would keep the first waiting out
+#: its 5 s, and the others would be asked only after it exited.
 _SLOW_EXIT = """
-import signal, sys, time
+import os, signal, sys, time
+asked_dir, siblings = sys.argv[1], int(sys.argv[2])
 def bye(*_):
     print("asked", time.monotonic(), flush=True)
-    time.sleep(0.5)
+    open(os.path.join(asked_dir, str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 5
+    while len(os.listdir(asked_dir)) < siblings and time.monotonic() < deadline:
+        time.sleep(0.01)
     print("exits", time.monotonic(), flush=True)
     sys.exit(0)
 signal.signal(signal.SIGTERM, bye)
@@ -88,8 +95,11 @@ while True:
 def test_processes_stopped_together_are_all_asked_before_any_is_waited_for(
     tmp_path: Path,
 ) -> None:
+    asked = tmp_path / "asked"
+    asked.mkdir()
     children = [
-        ManagedProcess(f"slow{i}", [sys.executable, "-c", _SLOW_EXIT], tmp_path) for i in range(3)
+        ManagedProcess(f"slow{i}", [sys.executable, "-c", _SLOW_EXIT, str(asked), "3"], tmp_path)
+        for i in range(3)
     ]
     for child in children:
         child.start()

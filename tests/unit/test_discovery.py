@@ -15,8 +15,8 @@ import pytest
 
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.config import CoordinatorConfig
-from multikafka.coordinator.planning.planner import ClusterSnapshot, new_splits
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.planning.end_vector import ClusterSnapshot, new_splits
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core.model import ClusterState, Connection
 from multikafka.core.validation import parse_stream
 from tests.fakes import FakeCluster, FakeMetadataClient

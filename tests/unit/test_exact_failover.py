@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from multikafka.coordinator.planning.planner import ClusterSnapshot, plan_end
-from multikafka.coordinator.state.stream_state import FailoverRecord
+from multikafka.coordinator.planning.end_vector import ClusterSnapshot, plan_end
+from multikafka.coordinator.state.stream_status import FailoverRecord
 from multikafka.coordinator.translation import FailoverTranslator, ReadMark, ReadMarks
 from multikafka.coordinator.translation.failover import ESTIMATE, MATCHED, PARTIAL
 from multikafka.core.fingerprint import Fingerprint, fingerprint

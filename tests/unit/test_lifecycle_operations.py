@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from multikafka.coordinator.state.stream_state import FailoverRecord
+from multikafka.coordinator.state.stream_status import FailoverRecord
 from multikafka.core.exceptions import (
     ConflictError,
     NotFoundError,

@@ -54,3 +54,95 @@ def test_decoder_names_only_payload_decoding() -> None:
                 names.append(node.arg)
             found += [(path.name, n) for n in names if word.fullmatch(n)]
     assert found == []
+
+
+def _identifiers(path: Path) -> list[str]:
+    """Names defined or used in a module (functions, classes, variables,
+    attributes, arguments)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Name):
+            names.append(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        elif isinstance(node, ast.arg):
+            names.append(node.arg)
+    return names
+
+
+#: The modules that handle read marks (how far a query read a split, with the
+#: fingerprints of the records there: what an exact failover starts from).
+READ_MARK_HOMES = {
+    "coordinator/src/multikafka/coordinator/agents/link.py",
+    "coordinator/src/multikafka/coordinator/api/reader.py",
+    "coordinator/src/multikafka/coordinator/operations/streams.py",
+    "coordinator/src/multikafka/coordinator/runtime/leader.py",
+    "coordinator/src/multikafka/coordinator/translation/failover.py",
+    "coordinator/src/multikafka/coordinator/translation/marks.py",
+    "reader_agent/src/multikafka/reader_agent/agent.py",
+}
+#: PyYAML's names for positions in a file, and words that are not "mark".
+NOT_A_MARK = re.compile(r"(?i)watermark|marker|problem_mark|start_mark|MarkedYAMLError")
+
+
+def test_mark_means_a_read_mark() -> None:
+    """ "Mark" once meant a watermark snapshot in planning, a read position in
+    translation and a startup time in the agent. Now it is the read mark only:
+    a cluster's watermark snapshot is ``ClusterEnds``, a process's startup
+    times are stamps (``startup.stamp``)."""
+    homes = set()
+    for path in shipped():
+        for name in _identifiers(path):
+            if "mark" in NOT_A_MARK.sub("", name).lower():
+                homes.add(str(path.relative_to(REPO)))
+    assert homes == READ_MARK_HOMES
+
+
+def test_reader_names_one_thing_each() -> None:
+    """A class named ``…Reader`` is the standalone ``multikafka.Reader``, the
+    agent's reader of one cluster (``SubReader``), the proto's Reader service
+    (its wire name stays: agents and coordinators of different releases talk
+    to each other) or one of Spark's reader interfaces. The consumer reading
+    exact offset ranges is a ``RangeConsumer``; parsers are parsers."""
+    readers = set()
+    for path in shipped():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and "Reader" in node.name:
+                readers.add(node.name)
+    assert readers == {
+        "Reader",
+        "ReaderAgent",
+        "ReaderService",
+        "SubReader",
+        "SubReaderStats",
+        "MultiKafkaStreamReader",
+        "MultiKafkaBatchReader",
+    }
+
+
+def test_planner_names_the_service() -> None:
+    """ "Planner" is the gRPC service (``PlannerService``, its client
+    ``PlannerClient``); the arithmetic of a micro-batch's end is the end
+    vector (``planning.end_vector``), and no module is named planner but the
+    service's."""
+    modules = sorted(str(p.relative_to(REPO)) for p in shipped() if "planner" in p.stem)
+    assert modules == [
+        "coordinator/src/multikafka/coordinator/api/planner.py",
+        "core/src/multikafka/core/planner_client.py",
+    ]
+    classes = {
+        node.name
+        for path in shipped()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and "Planner" in node.name
+    }
+    assert classes == {"PlannerService", "PlannerClient"}
+
+
+def test_status_names_one_thing_each() -> None:
+    """A stream's status (what the coordinator decided, in etcd) and a
+    replica's status (``admin status``) live in modules that say which."""
+    stems = sorted(p.stem for p in shipped() if "status" in p.stem)
+    assert stems == ["replica_status", "stream_status"]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from multikafka.reader_agent import range_reader as kafka
+from multikafka.reader_agent import range_consumer as kafka
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from multikafka.coordinator.agents import reconcile
 from multikafka.coordinator.agents.reconcile import describe, desired_of
 from multikafka.coordinator.agents.registry import Mailbox
 from multikafka.coordinator.state.metadata import MetadataChange
-from multikafka.coordinator.state.stream_state import FailoverRecord, StreamStatus, StreamView
+from multikafka.coordinator.state.stream_status import FailoverRecord, StreamStatus, StreamView
 from multikafka.coordinator.translation.marks import Mark
 from multikafka.core.model import FailoverStrategy
 from multikafka.core.validation import parse_stream

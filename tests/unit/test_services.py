@@ -14,8 +14,8 @@ import pytest
 
 from multikafka.coordinator.api.admin import AdminService
 from multikafka.coordinator.api.planner import PlannerService
+from multikafka.coordinator.operations.replica_status import EtcdHealth, ReplicaStatus
 from multikafka.coordinator.operations.reports import StandbyReports
-from multikafka.coordinator.operations.status import EtcdHealth, ReplicaStatus
 from multikafka.core import offsets as ov
 from multikafka.core.exceptions import NotLeaderError
 from multikafka.core.grpc_codes import LEADER_KEY

@@ -17,7 +17,7 @@ from multikafka.core.ranges import SplitRange
 from multikafka.reader_agent.agent import ReaderAgent
 from multikafka.reader_agent.options import ReadOptions
 from multikafka.reader_agent.overrides import Overrides, check_overrides, with_overrides
-from multikafka.reader_agent.range_reader import KafkaRangeReader
+from multikafka.reader_agent.range_consumer import KafkaRangeConsumer
 from multikafka.reader_agent.task import ReadTask
 from multikafka.spark.options import KNOWN, parse_options
 from multikafka.v1 import reader_pb2
@@ -252,7 +252,7 @@ def test_overrides_win_over_the_stream_documents_properties() -> None:
 def test_a_range_reader_gets_the_overrides() -> None:
     conn = Connection("east", "127.0.0.1:1", Properties({}))
     merged = with_overrides(conn, check_overrides({"fetch.wait.max.ms": "777"}))
-    reader = KafkaRangeReader(merged)
+    reader = KafkaRangeConsumer(merged)
     try:
         assert reader.connection.properties["fetch.wait.max.ms"] == "777"
     finally:

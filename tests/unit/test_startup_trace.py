@@ -1,6 +1,6 @@
 """The startup trace of a process's first read (``reader_agent.startup``):
 written once, to the file the environment names, with the first time of each
-mark and the process's start; nothing without the variable."""
+stamp and the process's start; nothing without the variable."""
 
 from __future__ import annotations
 
@@ -16,26 +16,26 @@ from multikafka.reader_agent import startup
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(startup, "_marks", {})
+    monkeypatch.setattr(startup, "_stamps", {})
     monkeypatch.setattr(startup, "_written", False)
 
 
-def test_one_line_per_process_with_the_first_time_of_each_mark(
+def test_one_line_per_process_with_the_first_time_of_each_stamp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = tmp_path / "startup.jsonl"
     monkeypatch.setenv(startup.ENV, str(trace))
-    startup.mark("imported")
-    first = startup._marks["imported"]
-    startup.mark("imported", at=first + 5)  # happened again later: the first is kept
-    startup.mark("linked")
+    startup.stamp("imported")
+    first = startup._stamps["imported"]
+    startup.stamp("imported", at=first + 5)  # happened again later: the first is kept
+    startup.stamp("linked")
     startup.write()
     startup.write()
     (line,) = trace.read_text().splitlines()
     got = json.loads(line)
     assert got["pid"] == os.getpid()
-    assert got["marks"]["imported"] == first
-    assert got["marks"]["linked"] >= first
+    assert got["stamps"]["imported"] == first
+    assert got["stamps"]["linked"] >= first
     started = startup.process_started()
     assert started is not None
     assert started <= first <= time.time()
@@ -47,6 +47,6 @@ def test_nothing_is_written_without_the_variable(
 ) -> None:
     monkeypatch.delenv(startup.ENV, raising=False)
     monkeypatch.chdir(tmp_path)
-    startup.mark("imported")
+    startup.stamp("imported")
     startup.write()
     assert list(tmp_path.iterdir()) == []

@@ -19,7 +19,7 @@ from typing import Any
 
 from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.planning.entry import query_for
-from multikafka.coordinator.state.stream_state import FailoverRecord
+from multikafka.coordinator.state.stream_status import FailoverRecord
 from multikafka.coordinator.translation import Translation
 from multikafka.coordinator.translation.failover import ESTIMATE, EXACT
 from multikafka.core.model import (

@@ -178,8 +178,8 @@ class Mm2Copy:
         """Copy one chunk the feed produced (``upstream``: seq -> its offset on
         the source) and write the syncs MM2 would."""
         self._chunks += 1
-        marked = bool(self.marker_every) and self._chunks % self.marker_every == 0
-        if marked:
+        with_marker = bool(self.marker_every) and self._chunks % self.marker_every == 0
+        if with_marker:
             if self._in_transactions is None:
                 self._in_transactions = SequenceProducer(self.mirror, transactional=True)
             producer = self._in_transactions
@@ -197,7 +197,7 @@ class Mm2Copy:
             timestamp_ms=timestamp_ms,
             on_delivery=offsets_into(downstream),
         )
-        if marked:
+        if with_marker:
             producer.commit()
         producer.flush()
         if self.syncs_cluster is None:

@@ -42,7 +42,7 @@ def _string(value: str, name: str) -> bytes:
     return _INT16.pack(len(data)) + data
 
 
-class _Reader:
+class _StructParser:
     """Reads one struct's fields in order; every error names the record and field."""
 
     def __init__(self, data: bytes, what: str) -> None:
@@ -112,10 +112,10 @@ class OffsetSync:
 
     @classmethod
     def decode(cls, key: bytes, value: bytes) -> OffsetSync:
-        k = _Reader(key, "offset sync key")
+        k = _StructParser(key, "offset sync key")
         topic, partition = k.string("topic"), k.int32("partition")
         k.end()
-        v = _Reader(value, "offset sync value")
+        v = _StructParser(value, "offset sync value")
         upstream, downstream = v.int64("upstreamOffset"), v.int64("offset")
         v.end()
         try:
@@ -160,10 +160,10 @@ class Checkpoint:
 
     @classmethod
     def decode(cls, key: bytes, value: bytes) -> Checkpoint:
-        k = _Reader(key, "checkpoint key")
+        k = _StructParser(key, "checkpoint key")
         group, topic, partition = k.string("group"), k.string("topic"), k.int32("partition")
         k.end()
-        v = _Reader(value, "checkpoint value")
+        v = _StructParser(value, "checkpoint value")
         version = v.int16("version")
         if version != CHECKPOINT_VERSION:
             raise ValueError(

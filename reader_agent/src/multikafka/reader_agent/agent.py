@@ -30,13 +30,13 @@ from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent.arrow import record_batch
 from multikafka.reader_agent.link import CoordinatorLink
 from multikafka.reader_agent.payloads import MalformedCounts
-from multikafka.reader_agent.range_reader import ReadOutcome
+from multikafka.reader_agent.range_consumer import ReadOutcome
 from multikafka.reader_agent.subreader import (
-    RangeReaderFactory,
+    RangeConsumerFactory,
     Slot,
     SubReader,
     SubReaderStats,
-    kafka_reader,
+    kafka_range_consumer,
     slot_of,
 )
 from multikafka.reader_agent.task import ReadTask
@@ -55,7 +55,7 @@ class ReaderAgent:
         self,
         *,
         agent_id: str | None = None,
-        factory: RangeReaderFactory = kafka_reader,
+        factory: RangeConsumerFactory = kafka_range_consumer,
         idle_timeout_s: float = 120.0,
         heartbeat_interval_s: float = 2.0,
         concurrent_clusters: bool = True,
@@ -92,9 +92,9 @@ class ReaderAgent:
         record read per split (and any abandoned range) to the coordinator,
         with ``task_slots``: how many tasks the Spark application reading
         runs at once (0: unknown), which sizes the query's next batches."""
-        startup.mark("task")
+        startup.stamp("task")
         link = self.connect(task.coordinator) if task.coordinator else None
-        startup.mark("linked")
+        startup.stamp("linked")
         report = _Reads()
         if task.generation > self.applied_generation:
             logger.debug(
@@ -190,7 +190,7 @@ class ReaderAgent:
         up its ranges, which are not reported as abandoned."""
         key = (task.stream, cluster)
         sub = self._acquire(key, task)
-        startup.mark(f"sub-reader {cluster}")
+        startup.stamp(f"sub-reader {cluster}")
         first_records = f"first records {cluster}"
         outcome = ReadOutcome()
         malformed = MalformedCounts()
@@ -198,14 +198,14 @@ class ReaderAgent:
             for round_ in _rounds(ranges):
                 if cancelled():
                     break
-                for cols in sub.reader.read(
+                for cols in sub.consumer.read(
                     round_,
                     outcome,
                     include_headers=task.include_headers,
                     fail_on_data_loss=task.fail_on_data_loss,
                     should_abandon=lambda: cancelled() or self._gone(key, task.generation),
                 ):
-                    startup.mark(first_records)  # a dict lookup per batch
+                    startup.stamp(first_records)  # a dict lookup per batch
                     yield task.decoding.apply(
                         record_batch(cols, cluster, include_headers=task.include_headers),
                         stream=task.stream,

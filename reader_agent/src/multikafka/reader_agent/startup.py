@@ -1,9 +1,9 @@
-"""Where a process's first read goes: marks taken once per process (our
+"""Where a process's first read goes: time stamps taken once per process (our
 modules imported, the coordinator link up, each cluster's sub-reader ready,
 the first batch out), written as one JSON line, with the process's start
 time, to the file the environment variable ``MULTIKAFKA_STARTUP_TRACE``
 names (``benchmarks/cold_start.py`` sets it for Spark's Python workers).
-Unset, a mark is one dict lookup and nothing is written."""
+Unset, a stamp is one dict lookup and nothing is written."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ import time
 
 ENV = "MULTIKAFKA_STARTUP_TRACE"
 
-_marks: dict[str, float] = {}
+_stamps: dict[str, float] = {}
 _lock = threading.Lock()
 _written = False
 
 
-def mark(name: str, *, at: float | None = None) -> None:
+def stamp(name: str, *, at: float | None = None) -> None:
     """The first time ``name`` happened in this process (``at``, or now;
     later ones are ignored)."""
-    if name not in _marks:
-        _marks.setdefault(name, time.time() if at is None else at)
+    if name not in _stamps:
+        _stamps.setdefault(name, time.time() if at is None else at)
 
 
 def process_started() -> float | None:
@@ -39,7 +39,7 @@ def process_started() -> float | None:
 
 
 def write() -> None:
-    """Append this process's marks to the trace file, once (when it is set)."""
+    """Append this process's stamps to the trace file, once (when it is set)."""
     global _written
     path = os.environ.get(ENV)
     if not path or _written:
@@ -48,6 +48,6 @@ def write() -> None:
         if _written:
             return
         _written = True
-        line = {"pid": os.getpid(), "started": process_started(), "marks": dict(_marks)}
+        line = {"pid": os.getpid(), "started": process_started(), "stamps": dict(_stamps)}
         with open(path, "a") as f:
             f.write(json.dumps(line) + "\n")

@@ -17,18 +17,18 @@ from multikafka.core.kafka_log import ServesStreams
 from multikafka.core.model import Connection
 from multikafka.core.recent import Recent
 from multikafka.reader_agent.overrides import Overrides, with_overrides
-from multikafka.reader_agent.range_reader import KafkaRangeReader, RangeReader
+from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, RangeConsumer
 
 logger = logging.getLogger(__name__)
 
-RangeReaderFactory = Callable[[Connection], RangeReader]
+RangeConsumerFactory = Callable[[Connection], RangeConsumer]
 
 #: How long a split read counts as one the agent reads (its assignments).
 RECENT_S = 30.0
 
 
-def kafka_reader(connection: Connection) -> RangeReader:
-    return KafkaRangeReader(connection, client_id=f"multikafka-agent-{connection.cluster}")
+def kafka_range_consumer(connection: Connection) -> RangeConsumer:
+    return KafkaRangeConsumer(connection, client_id=f"multikafka-agent-{connection.cluster}")
 
 
 @dataclass
@@ -60,7 +60,7 @@ class SubReader:
         self,
         stream: str,
         connection: Connection,
-        factory: RangeReaderFactory,
+        factory: RangeConsumerFactory,
         overrides: Overrides | None = None,
     ) -> None:
         self.stream = stream
@@ -69,9 +69,9 @@ class SubReader:
         #: compares it); the consumer also gets the query's overrides.
         self.fingerprint = connection.fingerprint
         self.variant = overrides.fingerprint if overrides else ""
-        self.reader = factory(with_overrides(connection, overrides or {}))
-        if isinstance(self.reader, ServesStreams):
-            self.reader.set_log_context([(stream, connection.cluster)])
+        self.consumer = factory(with_overrides(connection, overrides or {}))
+        if isinstance(self.consumer, ServesStreams):
+            self.consumer.set_log_context([(stream, connection.cluster)])
         self.in_use = 0
         self.last_used = time.monotonic()
         self.close_pending = False
@@ -88,7 +88,7 @@ class SubReader:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            self.reader.close()
+            self.consumer.close()
             logger.debug(
                 "sub-reader closed", extra={"stream": self.stream, "cluster": self.cluster}
             )

@@ -22,7 +22,7 @@ from multikafka.spark.source import MultiKafkaDataSource, register  # noqa: E402
 
 # A Spark Python worker imports this first (to unpickle the reader): how long
 # the imports took shows in the startup trace (reader_agent.startup).
-startup.mark("importing", at=_IMPORT_STARTED)
-startup.mark("imported")
+startup.stamp("importing", at=_IMPORT_STARTED)
+startup.stamp("imported")
 
 __all__ = ["MultiKafkaDataSource", "ReadOptions", "parse_options", "register"]

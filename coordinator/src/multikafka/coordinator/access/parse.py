@@ -55,16 +55,16 @@ def parse_policy(text: str | bytes, source: str = "access policy") -> Policy:
     except UnicodeDecodeError:
         raise PolicyError(source, 0, "is not UTF-8 text") from None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
+        where = exc.problem_mark
         raise PolicyError(
-            source, mark.line + 1 if mark else 0, f"is not YAML or JSON: {exc.problem}"
+            source, where.line + 1 if where else 0, f"is not YAML or JSON: {exc.problem}"
         ) from None
     except yaml.YAMLError as exc:
         raise PolicyError(source, 0, f"is not YAML or JSON: {exc}") from None
-    return _PolicyReader(source).policy(root, hashlib.sha256(data).hexdigest())
+    return _PolicyParser(source).policy(root, hashlib.sha256(data).hexdigest())
 
 
-class _PolicyReader:
+class _PolicyParser:
     def __init__(self, source: str) -> None:
         self.source = source
 

@@ -35,7 +35,7 @@ from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataChange, MetadataStore, Rejection
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core.model import ClusterState
 from multikafka.v1 import common_pb2, reader_pb2
 

@@ -24,8 +24,8 @@ import grpc
 from multikafka.coordinator.access import AccessControl, Caller, Role, caller
 from multikafka.coordinator.access.policy import Grant
 from multikafka.coordinator.api.rpc import unary
+from multikafka.coordinator.operations.replica_status import ServingReplica
 from multikafka.coordinator.operations.reports import Reports, StreamReport
-from multikafka.coordinator.operations.status import ServingReplica
 from multikafka.coordinator.operations.streams import StreamOperations
 from multikafka.core.exceptions import PermissionDeniedError, ValidationError, shown
 from multikafka.core.model import DEFAULT_MARGIN_MS, STRATEGY_NAMES, FailoverStrategy, StreamSpec

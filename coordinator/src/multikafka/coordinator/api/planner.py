@@ -20,7 +20,7 @@ from multikafka.coordinator.api.rpc import unary
 from multikafka.coordinator.api.vectors import RecentVectors
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.state.metadata import MetadataStore
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core import ranges
 from multikafka.core.exceptions import ValidationError

@@ -30,7 +30,7 @@ from multikafka.coordinator.clusters.kafka import (
     Visit,
 )
 from multikafka.coordinator.config import CoordinatorConfig
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import ServesStreams

@@ -29,7 +29,7 @@ from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.queries import QueryStore
-from multikafka.coordinator.state.stream_state import FailoverRecord, StreamStatus, StreamView
+from multikafka.coordinator.state.stream_status import FailoverRecord, StreamStatus, StreamView
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import (
     MultikafkaError,

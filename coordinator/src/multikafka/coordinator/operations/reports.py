@@ -21,7 +21,7 @@ from multikafka.coordinator.state.etcd import EtcdClient
 from multikafka.coordinator.state.history import Entry, History
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.queries import QueryProgress, QueryStore
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core.model import ClusterState
 
 __all__ = ["ClusterReport", "LeaderReports", "Reports", "StandbyReports", "StreamReport"]

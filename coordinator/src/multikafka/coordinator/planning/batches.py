@@ -28,20 +28,20 @@ from multikafka.coordinator.agents.task_slots import TaskSlots
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.planning.assignment import cut_ranges
-from multikafka.coordinator.planning.entry import EntryOffsets, Resumed
-from multikafka.coordinator.planning.notes import PlanNotes
-from multikafka.coordinator.planning.planner import (
+from multikafka.coordinator.planning.end_vector import (
     CLUSTER_REMOVED,
     EndPlan,
     new_split_set,
     plan_end,
 )
+from multikafka.coordinator.planning.entry import EntryOffsets, Resumed
+from multikafka.coordinator.planning.notes import PlanNotes
 from multikafka.coordinator.planning.resolve import resolve_position
 from multikafka.coordinator.planning.snapshots import snapshots_of
 from multikafka.coordinator.planning.watermarks import Watermarks
 from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.queries import QueryStore
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.coordinator.translation import Abandonments
 from multikafka.core.exceptions import PreconditionError, UnavailableError
 from multikafka.core.model import Connection

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
-from multikafka.coordinator.planning.planner import ClusterSnapshot, new_split_set
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.planning.end_vector import ClusterSnapshot, new_split_set
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.coordinator.translation import FailoverTranslator, Translation
 from multikafka.core.exceptions import DataLossError
 from multikafka.core.model import SplitId, StartingPosition, StartKind

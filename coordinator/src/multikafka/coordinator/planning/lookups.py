@@ -13,7 +13,7 @@ import numpy as np
 
 from multikafka.coordinator.clusters.discovery import ClusterClient, Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_config import reads_committed

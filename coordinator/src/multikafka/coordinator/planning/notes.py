@@ -9,10 +9,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.planning.end_vector import ClusterSnapshot, EndPlan
 from multikafka.coordinator.planning.entry import Resumed
-from multikafka.coordinator.planning.planner import ClusterSnapshot, EndPlan
 from multikafka.coordinator.state.history import History
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.coordinator.translation import Translation
 from multikafka.core.model import SplitId
 

@@ -17,11 +17,11 @@ import numpy as np
 
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
+from multikafka.coordinator.planning.end_vector import cap_at_stops
 from multikafka.coordinator.planning.lookups import lookup, lookup_all
 from multikafka.coordinator.planning.notes import SHOWN_SPLITS
-from multikafka.coordinator.planning.planner import cap_at_stops
 from multikafka.coordinator.planning.stopping import stops_of_clusters
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core.exceptions import PreconditionError, UnavailableError, ValidationError, shown
 from multikafka.core.offsets import SplitOffsets, Splits

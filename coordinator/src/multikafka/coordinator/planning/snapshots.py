@@ -14,9 +14,9 @@ import numpy as np
 
 from multikafka.coordinator.clusters.discovery import ClusterClient, Discovery
 from multikafka.coordinator.metrics import Metrics
-from multikafka.coordinator.planning.planner import ClusterSnapshot
+from multikafka.coordinator.planning.end_vector import ClusterSnapshot
 from multikafka.coordinator.planning.watermarks import ClusterEnds, Watermarks
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_config import reads_committed

@@ -9,7 +9,7 @@ document, as offsets of its splits (Flink's per-cluster stopping offsets).
   stop stays put once such a record exists.
 
 The planner caps every offset it hands out at these
-(:func:`multikafka.coordinator.planning.planner.cap_at_stops`, and ``plan_end``): the end of a
+(:func:`multikafka.coordinator.planning.end_vector.cap_at_stops`, and ``plan_end``): the end of a
 micro-batch, the end of a batch read, ``latest``.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from multikafka.coordinator.clusters.discovery import ClusterClient, Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core import offsets as ov
 from multikafka.core.offsets import SplitOffsets, Splits
 

@@ -54,7 +54,7 @@ from multikafka.coordinator.clusters.discovery import ClusterClient, Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.planning.lookups import lookup
 from multikafka.coordinator.planning.stopping import stop_offsets
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.offsets import SplitOffsets, Splits

@@ -28,8 +28,8 @@ from multikafka.coordinator.clusters.discovery import MetadataClientFactory
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
+from multikafka.coordinator.operations.replica_status import EtcdHealth, PeerReplica, ReplicaStatus
 from multikafka.coordinator.operations.reports import Reports, StandbyReports
-from multikafka.coordinator.operations.status import EtcdHealth, PeerReplica, ReplicaStatus
 from multikafka.coordinator.runtime.election import Election, Replica
 from multikafka.coordinator.runtime.leader import LeaderDuties
 from multikafka.coordinator.runtime.presence import Presence

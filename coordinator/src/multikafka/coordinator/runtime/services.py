@@ -20,8 +20,8 @@ from multikafka.coordinator.api.planner import PlannerService
 from multikafka.coordinator.api.reader import ReaderService, add_reader_service
 from multikafka.coordinator.api.rpc import ParseInterceptor
 from multikafka.coordinator.config import CoordinatorConfig, TlsFiles
+from multikafka.coordinator.operations.replica_status import ServingReplica
 from multikafka.coordinator.operations.reports import Reports
-from multikafka.coordinator.operations.status import ServingReplica
 from multikafka.coordinator.runtime.leader import LeaderDuties
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.v1 import admin_pb2, admin_pb2_grpc, planner_pb2, planner_pb2_grpc, reader_pb2

@@ -22,7 +22,7 @@ from multikafka.coordinator.state.etcd import (
     WatchEvent,
     prefix_end,
 )
-from multikafka.coordinator.state.stream_state import StreamStatus, StreamView
+from multikafka.coordinator.state.stream_status import StreamStatus, StreamView
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import NotFoundError, UnavailableError, ValidationError
 from multikafka.core.model import StreamSpec

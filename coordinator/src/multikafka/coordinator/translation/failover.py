@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery, Record
-from multikafka.coordinator.state.stream_state import FailoverRecord, StreamView
+from multikafka.coordinator.state.stream_status import FailoverRecord, StreamView
 from multikafka.coordinator.translation.marks import Mark, ReadMarks
 from multikafka.coordinator.translation.matching import Found, Matcher
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs

@@ -44,7 +44,7 @@ from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.per_stream import ChangedStreams
-from multikafka.coordinator.state.stream_state import StreamView
+from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.coordinator.translation.mm2.syncs import SyncStore
 from multikafka.core.background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError

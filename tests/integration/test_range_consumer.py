@@ -1,4 +1,4 @@
-"""The Kafka range reader on a real broker: exact ranges, deterministic
+"""The Kafka range consumer on a real broker: exact ranges, deterministic
 re-reads, and data loss reported (never papered over). Every test runs once
 with the Python converter and once with the compiled one
 (``MULTIKAFKA_CONVERTER``), and consumed messages convert alike with both."""
@@ -20,7 +20,7 @@ from multikafka.core.ranges import SplitRange
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
 from multikafka.reader_agent import arrow
-from multikafka.reader_agent.range_reader import KafkaRangeReader, ReadOutcome
+from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, ReadOutcome
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_mixed, produce_sequence, transactional_producer, uid
 
@@ -37,9 +37,9 @@ def converter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
-def reader(kafka: KafkaClusters) -> Iterator[KafkaRangeReader]:
+def reader(kafka: KafkaClusters) -> Iterator[KafkaRangeConsumer]:
     (a,) = kafka.shared(1)
-    r = KafkaRangeReader(
+    r = KafkaRangeConsumer(
         Connection("a", a.bootstrap, Properties(TANSU_PROPERTIES)), stall_check_s=1.0
     )
     yield r
@@ -47,7 +47,7 @@ def reader(kafka: KafkaClusters) -> Iterator[KafkaRangeReader]:
 
 
 def _read(
-    reader: KafkaRangeReader, ranges: list[SplitRange], **kw: bool
+    reader: KafkaRangeConsumer, ranges: list[SplitRange], **kw: bool
 ) -> tuple[list[tuple[int, int, str]], ReadOutcome]:
     outcome = ReadOutcome()
     rows: list[tuple[int, int, str]] = []
@@ -67,7 +67,7 @@ def _read(
     return rows, outcome
 
 
-def test_exact_ranges_read_the_same_twice(kafka: KafkaClusters, reader: KafkaRangeReader) -> None:
+def test_exact_ranges_read_the_same_twice(kafka: KafkaClusters, reader: KafkaRangeConsumer) -> None:
     (a,) = kafka.shared(1)
     topic = uid("exact")
     create_topics(a.bootstrap, {topic: 2})
@@ -84,7 +84,7 @@ def test_exact_ranges_read_the_same_twice(kafka: KafkaClusters, reader: KafkaRan
     assert sorted(again) == sorted(first)  # same records; partitions may interleave differently
 
 
-def test_range_past_the_end_is_data_loss(kafka: KafkaClusters, reader: KafkaRangeReader) -> None:
+def test_range_past_the_end_is_data_loss(kafka: KafkaClusters, reader: KafkaRangeConsumer) -> None:
     """A range that starts beyond the partition's end (the partition was
     recreated or truncated) is data loss; the reader must not read other
     offsets instead."""
@@ -161,7 +161,7 @@ def test_ranges_of_a_transactional_topic_end_at_their_markers(kafka: KafkaCluste
     end = offsets[-1] + 2  # the last marker's offset + 1: the log's end
     markers = sorted(set(range(end)) - set(offsets))
     assert markers == [offsets[4] + 1, offsets[9] + 1, end - 1]  # one per transaction
-    reader = KafkaRangeReader(
+    reader = KafkaRangeConsumer(
         Connection("a", a.bootstrap, Properties(TANSU_PROPERTIES)),
         poll_timeout_s=60.0,
         stall_check_s=120.0,
@@ -204,7 +204,7 @@ def _fingerprints_on_the_broker(
 
 
 def test_each_range_read_says_how_far_it_went_and_fingerprints_its_last_records(
-    kafka: KafkaClusters, reader: KafkaRangeReader
+    kafka: KafkaClusters, reader: KafkaRangeConsumer
 ) -> None:
     """What failover translation starts from: per range, the offset it went
     on to, its last record, and the fingerprints of its last records, equal
@@ -240,7 +240,7 @@ def test_a_range_given_up_says_where_and_one_of_markers_only_has_no_last_record(
     create_topics(a.bootstrap, {topic: 1})
     offsets = _commit_transactions(a.bootstrap, topic, [3])
     marker = offsets[-1] + 1
-    reader = KafkaRangeReader(
+    reader = KafkaRangeConsumer(
         Connection("a", a.bootstrap, Properties(TANSU_PROPERTIES)), poll_timeout_s=0.2
     )
     try:

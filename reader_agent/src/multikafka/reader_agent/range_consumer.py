@@ -1,8 +1,8 @@
-"""Reading exact Kafka offset ranges of one cluster: :class:`KafkaRangeReader`,
+"""Reading exact Kafka offset ranges of one cluster: :class:`KafkaRangeConsumer`,
 one reused confluent-kafka ``Consumer`` that ``assign``s exact ranges,
 ``consume``s in large batches and hands them to
 :func:`multikafka.reader_agent.arrow.convert`. It never subscribes or joins a
-group. :class:`RangeReader` is the protocol the agent's fakes implement too.
+group. :class:`RangeConsumer` is the protocol the agent's fakes implement too.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class _Tail:
         return tuple(out[-TRAILING:])
 
 
-class RangeReader(Protocol):
+class RangeConsumer(Protocol):
     """Reads exact offset ranges of one cluster; never joins a consumer group."""
 
     def read(
@@ -152,7 +152,7 @@ def _collector_paused() -> Iterator[None]:
 Key = tuple[str, int]
 
 
-class KafkaRangeReader:
+class KafkaRangeConsumer:
     """Reads exact offset ranges from one cluster with one reused consumer.
 
     The reader remembers where each partition's last range ended: a range

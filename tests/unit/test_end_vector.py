@@ -1,4 +1,4 @@
-"""Micro-batch planning (multikafka.coordinator.planning.planner): budget allocation and end vectors."""
+"""Micro-batch planning (multikafka.coordinator.planning.end_vector): budget allocation and end vectors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from multikafka.coordinator.planning.planner import (
+from multikafka.coordinator.planning.end_vector import (
     ClusterSnapshot,
     allocate,
     cap_at_stops,
