@@ -23,7 +23,7 @@ does is over: what is left is what the first micro-batch with data costs
 (Python workers, imports, the reader's set-up, the first fetch).
 
 Spark's Python workers write where their first read went
-(``multikafka.reader_agent.startup``: the worker's start, our imports done,
+(``multikafka.reader_agent._startup``: the worker's start, our imports done,
 the coordinator link, each sub-reader, the first records), reported as
 seconds after the record's arrival.
 
@@ -65,7 +65,7 @@ from benchmarks._common import (
 from benchmarks.latency import CLUSTERS, PARTITIONS, TOPIC, latency_stack
 from multikafka.core.retry import poll
 from multikafka.devstack.feed import fence
-from multikafka.reader_agent import startup
+from multikafka.reader_agent import _startup as startup
 
 SOURCES = ("python", "multikafka")
 #: The floor's tasks: what multikafka plans here (one per core).
@@ -79,7 +79,7 @@ def register_floor_source(spark: Any) -> None:
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
     def trace_worker() -> None:
-        """The floor's side of the startup trace (``reader_agent.startup``'s
+        """The floor's side of the startup trace (``reader_agent._startup``'s
         format; defined here, so that Spark pickles it with the reader and
         the worker imports nothing of ours): its worker's start and first read."""
         import json
@@ -180,7 +180,7 @@ def _ends(bootstraps: dict[str, str]) -> dict[str, dict[str, list[int]]]:
 
 
 def _workers(trace: Path, arrive_at: float) -> list[dict[str, float]]:
-    """Each Python worker's first read (``reader_agent.startup``): seconds
+    """Each Python worker's first read (``reader_agent._startup``): seconds
     from the record's arrival to its start and to each stamp."""
     if not trace.exists():
         return []

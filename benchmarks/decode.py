@@ -50,8 +50,8 @@ from benchmarks._common import (
     summary,
     table,
 )
-from multikafka.reader_agent import arrow
-from multikafka.reader_agent.payloads import PayloadDecoding
+from multikafka.reader_agent import _arrow as arrow
+from multikafka.reader_agent._payloads import PayloadDecoding
 
 SCHEMA = "id long, name string, price double, tags array<string>, ts timestamp"
 JSON = PayloadDecoding.parse(value_format="json", value_schema=SCHEMA)

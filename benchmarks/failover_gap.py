@@ -48,12 +48,13 @@ from benchmarks._common import (
     summary,
     write_json,
 )
+from multikafka.coordinator.translation.mm2.bound import read_again
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.retry import poll
 from multikafka.devstack.counts import sequence_report
 from multikafka.devstack.feed import is_stream_key
 from multikafka.devstack.mirror import Mm2Copy, mirrored_stream
-from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX, read_again
+from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX
 from multikafka.devstack.spark import local_spark
 from multikafka.devstack.stack import LocalStack, local_stack
 

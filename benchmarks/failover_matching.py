@@ -51,8 +51,8 @@ from benchmarks._common import (
     quiet_logs,
     summary,
 )
+from multikafka.core._fingerprint import TRAILING, fingerprint
 from multikafka.core.admin_client import AdminClient
-from multikafka.core.fingerprint import TRAILING, fingerprint
 from multikafka.core.planner_client import PlannerClient
 from multikafka.core.transport import ConnectConfig, Coordinators
 from multikafka.devstack.feed import SequenceProducer, create_topics

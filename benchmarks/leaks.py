@@ -144,8 +144,8 @@ class Round:
     def tasks(self, stream: str) -> list[ReadTask]:
         """Plan the whole stream (earliest to latest) as Spark would."""
         from multikafka.core.planner_client import PlannerClient
-        from multikafka.reader_agent.options import ReadOptions
-        from multikafka.reader_agent.plan import tasks_from_plan
+        from multikafka.reader_agent._options import ReadOptions
+        from multikafka.reader_agent._plan import tasks_from_plan
         from multikafka.v1 import planner_pb2
 
         client = PlannerClient(self.coordinator.address, timeout_s=10)

@@ -15,7 +15,7 @@ that most triggers plan a small batch.
 For each ``N`` in ``--queries``, N simulated queries run in ``--workers``
 processes of their own (at niceness ``--nice``), each query a thread driving
 the **driver side of the Spark source itself**
-(:class:`multikafka.spark.source.MultiKafkaStreamReader`, no Spark) through
+(:class:`multikafka.spark._source.MultiKafkaStreamReader`, no Spark) through
 what Spark's micro-batch loop calls once per trigger, in Spark's order:
 ``latestOffset(start, ReadAllAvailable)``, then (a new batch) ``commit`` of
 the previous batch's end and ``partitions(start, end)``. With ``--client
@@ -142,9 +142,9 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from multikafka.core.transport import ConnectConfig, bearer
-    from multikafka.spark.compat import ReadAllAvailable
-    from multikafka.spark.options import parse_options
-    from multikafka.spark.source import MultiKafkaStreamReader
+    from multikafka.spark._compat import ReadAllAvailable
+    from multikafka.spark._options import parse_options
+    from multikafka.spark._source import MultiKafkaStreamReader
 
     trigger_s = plan["trigger_s"]
     walls: list[float] = []
@@ -205,7 +205,7 @@ def queries_main(address: str, count: int, first: int, plan: dict[str, Any]) -> 
         tasks asked): the driver's own work (offset documents, the plan's
         tasks) left out, so that a thousand queries fit on this machine
         beside the coordinator."""
-        from multikafka.core import offsets as ov
+        from multikafka.core import _offsets as ov
         from multikafka.core.planner_client import PlannerClient
         from multikafka.v1 import planner_pb2, planner_pb2_grpc
 

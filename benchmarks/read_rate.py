@@ -160,7 +160,7 @@ def plain_consumer(bootstrap: str, client_id: str) -> Any:
     the plain-consumer baselines."""
     from confluent_kafka import Consumer
 
-    from multikafka.core.kafka_config import READER_DEFAULTS
+    from multikafka.core._kafka_config import READER_DEFAULTS
     from multikafka.devstack.stack import TANSU_PROPERTIES
 
     return Consumer(
@@ -295,8 +295,8 @@ def plan_tasks(address: str, query_id: str) -> list[ReadTask]:
     """The whole stream planned as one Spark batch with default options."""
     from multikafka.core.planner_client import PlannerClient
     from multikafka.core.transport import ConnectConfig
-    from multikafka.reader_agent.plan import read_tasks
-    from multikafka.spark.options import parse_options
+    from multikafka.reader_agent._plan import read_tasks
+    from multikafka.spark._options import parse_options
     from multikafka.v1 import planner_pb2
 
     defaults = parse_options({"coordinator": address, "stream": STREAM}, streaming=False)
@@ -338,7 +338,7 @@ def fingerprints_off() -> Iterator[None]:
     """The range consumer without its failover fingerprints (what it kept of
     each batch's last rows, and their hashing at a range's end), for the
     A/B of their cost: benchmark-side, the product has no such switch."""
-    from multikafka.reader_agent import range_consumer
+    from multikafka.reader_agent import _range_consumer as range_consumer
 
     tail = range_consumer._Tail
     saved = tail.add, tail.fingerprints
@@ -358,7 +358,8 @@ def read_agent(
     fingerprints: bool = True,
 ) -> Run:
     """A fresh reader agent reads every task, one after the other."""
-    from multikafka.reader_agent import ReaderAgent, arrow
+    from multikafka.reader_agent import ReaderAgent
+    from multikafka.reader_agent import _arrow as arrow
 
     t0 = time.perf_counter()
     tasks = plan_tasks(setup.stack.coordinator_address, f"bench-agent-{uuid.uuid4().hex[:8]}")
@@ -526,8 +527,8 @@ def register_python_source(spark: SparkSession, name: str) -> str:
     in the workers while a task reads (benchmark-side, not a product change).
     Defined here in ``__main__``, so cloudpickle ships it to the workers."""
     from multikafka.spark import MultiKafkaDataSource
-    from multikafka.spark.options import parse_options
-    from multikafka.spark.source import MultiKafkaStreamReader
+    from multikafka.spark._options import parse_options
+    from multikafka.spark._source import MultiKafkaStreamReader
 
     class PythonConverterReader(MultiKafkaStreamReader):
         def read(self, partition: Any) -> Iterator[Any]:
@@ -903,7 +904,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     quiet_logs()
     from multikafka.devstack.stack import TANSU_PROPERTIES
-    from multikafka.reader_agent import arrow
+    from multikafka.reader_agent import _arrow as arrow
 
     result: dict[str, Any] = {
         "benchmark": "read_rate",

@@ -17,7 +17,7 @@ stack (etcd, two tansu clusters, a coordinator, Spark ``local[2]``), produces
   of the stream, stopped when all is read: the steady rate is that of the
   micro-batches after the first (Spark's ``triggerExecution`` times). On
   Spark 4.0 and 4.1 the source applies the limit itself
-  (:mod:`multikafka.spark.compat`);
+  (:mod:`multikafka.spark._compat`);
 * ``floor_one_batch`` / ``floor_ten_batches_2`` / ``floor_ten_batches_8``:
   Spark's own floor, a no-I/O Python stream source in the same session
   handing out the same record counts as Arrow batches (a 100-byte ``value``,

@@ -74,8 +74,8 @@ from multikafka.devstack import procfs
 
 if TYPE_CHECKING:
     from multikafka.coordinator.clusters.kafka import OffsetQuery
+    from multikafka.core._offsets import SplitOffsets
     from multikafka.core.model import Connection
-    from multikafka.core.offsets import SplitOffsets
 
 #: The coordinator's ``watermark_max_age_s`` (for :mod:`benchmarks.planner_load`).
 WATERMARK_AGE_VARIABLE = "MULTIKAFKA_BENCH_WATERMARK_MAX_AGE_S"
@@ -416,8 +416,8 @@ def json_forms(vector: Mapping[str, int]) -> dict[str, Any]:
     ``flat`` (before: ``{"cluster/topic/partition": offset}``), ``nested``
     (Spark's Kafka source: ``{"cluster": {"topic": {"partition": offset}}}``)
     and ``document`` (chosen: ``{"cluster": {"topic": [offset, ...]}}``,
-    :func:`multikafka.core.offsets.to_document`)."""
-    from multikafka.core import offsets as ov
+    :func:`multikafka.core._offsets.to_document`)."""
+    from multikafka.core import _offsets as ov
 
     v = ov.as_offsets(vector)
     nested: dict[str, dict[str, dict[str, int]]] = {}
@@ -445,7 +445,7 @@ def driver_json_ms(end: SplitOffsets, repeat: int) -> dict[str, dict[str, float]
     and parsing what Spark hands back (``json.loads`` + ``parse``); for the
     flat form of earlier versions, whose driver held the flat dict already,
     ``json.dumps`` of that dict and parsing it. Median [min-max] ms."""
-    from multikafka.core import offsets as ov
+    from multikafka.core import _offsets as ov
 
     flat_dict = ov.canonical(end)
     flat = json.dumps(flat_dict)

@@ -65,7 +65,7 @@ PRUNED = (
     "lib/python3*/site-packages/numpy/tests",
 )
 #: What an executor's Python worker imports to read (checked after installing).
-READ_PATH = "import pyspark_multikafka, multikafka.spark.source, multikafka.reader_agent"
+READ_PATH = "import pyspark_multikafka, multikafka.spark._source, multikafka.reader_agent"
 ARCHIVE = "multikafka-spark-env.tar.gz"
 #: pip without its notices (its warning about root: everything here installs
 #: into scratch folders).

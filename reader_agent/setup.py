@@ -3,7 +3,7 @@
 ``multikafka.reader_agent._convert`` turns confluent-kafka messages into Arrow
 buffers without per-record Python work (docs/benchmarks.md, "Read rate"). It
 is optional: without a C compiler and the Python headers the build skips it
-and :mod:`multikafka.reader_agent.arrow` converts in Python instead.
+and :mod:`multikafka.reader_agent._arrow` converts in Python instead.
 """
 
 from setuptools import Extension, setup

@@ -24,13 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from multikafka.coordinator import CoordinatorConfig
 from multikafka.coordinator.agents.link import AgentLink
 from multikafka.coordinator.agents.reconcile import Reconciler
 from multikafka.coordinator.agents.registry import AgentRegistry
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery, RawRecord, Visit
 from multikafka.coordinator.clusters.lifecycle import ClusterLifecycle
-from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.operations.reports import LeaderReports
 from multikafka.coordinator.operations.streams import StreamOperations
@@ -49,9 +49,31 @@ from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.queries import QueryStore
 from multikafka.coordinator.translation import Abandonments, FailoverTranslator, ReadMarks
+from multikafka.core._fingerprint import Fingerprint, fingerprint
 from multikafka.core.exceptions import ConflictError, UnavailableError
-from multikafka.core.fingerprint import Fingerprint, fingerprint
 from multikafka.core.model import Connection
+
+INTERNALS = (
+    "multikafka.coordinator.agents.link",
+    "multikafka.coordinator.agents.reconcile",
+    "multikafka.coordinator.agents.registry",
+    "multikafka.coordinator.clusters.discovery",
+    "multikafka.coordinator.clusters.kafka",
+    "multikafka.coordinator.clusters.lifecycle",
+    "multikafka.coordinator.metrics",
+    "multikafka.coordinator.operations.reports",
+    "multikafka.coordinator.operations.streams",
+    "multikafka.coordinator.planning.batches",
+    "multikafka.coordinator.planning.entry",
+    "multikafka.coordinator.runtime.leader",
+    "multikafka.coordinator.state.etcd",
+    "multikafka.coordinator.state.history",
+    "multikafka.coordinator.state.metadata",
+    "multikafka.coordinator.state.queries",
+    "multikafka.coordinator.translation",
+    "multikafka.core._fingerprint",
+)
+
 
 # -- etcd ---------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import pytest
 
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
 from multikafka.core.env import PREFIX as SETTINGS_PREFIX
 from multikafka.core.retry import poll, poll_async
 from multikafka.devstack import free_port
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
     from multikafka.core.admin_client import AdminClient
     from multikafka.v1 import admin_pb2
+
+INTERNALS = ("multikafka.core._offsets",)
+
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from multikafka.coordinator.config import TlsFiles
+from multikafka.coordinator import TlsFiles
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.core.transport import ConnectConfig

@@ -20,6 +20,9 @@ from multikafka.devstack.feed import create_topics
 from tests.conftest import Cluster, coordinator_config
 from tests.helpers import produce_sequence, stream_doc, uid
 
+INTERNALS = ("multikafka.coordinator.access",)
+
+
 #: Records in each stream's topic (per partition: half), plus a fence each.
 RECORDS = 20
 #: How often the test coordinator looks at its policy file (seconds).

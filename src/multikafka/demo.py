@@ -47,7 +47,7 @@ from multikafka.devstack.mirror import STRATEGIES, MirroredStream, mirrored_stre
 from multikafka.devstack.processes import EtcdServer, TansuBroker, temp_work_dir
 from multikafka.devstack.spark import local_spark
 from multikafka.devstack.stack import LocalStack, stream_doc
-from multikafka.reader_agent.arrow import SPARK_DDL
+from multikafka.reader_agent import SPARK_DDL
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -126,7 +126,7 @@ CONVERT_CONSUMED = """
 import json, logging, sys, time
 from importlib.metadata import version
 from confluent_kafka import Consumer, TopicPartition
-from multikafka.reader_agent import arrow
+from multikafka.reader_agent import _arrow as arrow
 
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 bootstrap, topic, n, properties = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])

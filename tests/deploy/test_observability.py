@@ -43,6 +43,9 @@ from tests.deploy.test_helm_chart import (
     _merge,
 )
 
+INTERNALS = ("multikafka.coordinator.metrics",)
+
+
 # The chart tests' fixtures (pytest finds fixtures among a module's names).
 helm = chart.helm
 values_file = chart.values_file

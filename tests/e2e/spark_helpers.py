@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from multikafka.reader_agent.arrow import SPARK_DDL_WITH_HEADERS
+from multikafka.reader_agent import SPARK_DDL_WITH_HEADERS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession

@@ -19,14 +19,20 @@ from pyspark.sql.types import StructType
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent import spark_ddl
-from multikafka.reader_agent.payloads import PayloadDecoding
+from multikafka.reader_agent import _spark_ddl as spark_ddl
+from multikafka.reader_agent._payloads import PayloadDecoding
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import batch_source, run_available_now
 from tests.helpers import eventually, stream_doc, uid
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+INTERNALS = (
+    "multikafka.reader_agent._payloads",
+    "multikafka.reader_agent._spark_ddl",
+)
+
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

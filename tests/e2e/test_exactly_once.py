@@ -15,7 +15,7 @@ import pytest
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka.spark.compat import ADMISSION_CONTROL
+from multikafka.spark._compat import ADMISSION_CONTROL
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.spark_helpers import (
     batch_source,
@@ -29,6 +29,9 @@ from tests.helpers import assert_exactly_once, eventually, produce_sequence, str
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+INTERNALS = ("multikafka.spark._compat",)
+
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

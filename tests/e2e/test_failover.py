@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from multikafka import PreconditionError
+from multikafka.coordinator.translation.mm2.bound import read_again
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.model import SplitId
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics, fence
 from multikafka.devstack.mirror import mirrored_stream
-from multikafka.devstack.offset_syncs import read_again
 from multikafka.v1 import common_pb2
 from tests.conftest import Cluster, KafkaClusters
 from tests.e2e.live_failover import (
@@ -26,6 +26,9 @@ from tests.e2e.live_failover import (
     read_then_lose_primary,
 )
 from tests.helpers import eventually, produce_sequence, stream_doc, uid
+
+INTERNALS = ("multikafka.coordinator.translation.mm2.bound",)
+
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

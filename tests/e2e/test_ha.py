@@ -28,6 +28,9 @@ from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import sink_keys, source, start_to_parquet
 from tests.helpers import assert_exactly_once, eventually, stream_doc, uid
 
+INTERNALS = ("multikafka.coordinator.state.etcd",)
+
+
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 #: Lease of the replicas in these tests (the product default is 5 s).
@@ -129,7 +132,7 @@ def ha(spark: Any, kafka: KafkaClusters, etcd_url: str, tmp_path: Path) -> Itera
 
 def etcd_get(url: str, key: str) -> KV | None:
     async def get() -> KV | None:
-        from multikafka.coordinator.config import EtcdConfig
+        from multikafka.coordinator import EtcdConfig
 
         client = Etcd(EtcdConfig.parse(url))
         try:

@@ -19,7 +19,7 @@ import pytest
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka.spark.compat import ADMISSION_CONTROL
+from multikafka.spark._compat import ADMISSION_CONTROL
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import (
     batch_source,
@@ -33,6 +33,9 @@ from tests.helpers import eventually, produce_sequence, seeded_stream, stream_do
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+INTERNALS = ("multikafka.spark._compat",)
+
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

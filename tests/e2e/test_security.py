@@ -29,6 +29,13 @@ from tests.secure import Secure, start_secure
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+INTERNALS = (
+    "multikafka.spark._compat",
+    "multikafka.spark._options",
+    "multikafka.spark._source",
+)
+
+
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 RECORDS = 400
@@ -174,9 +181,9 @@ def test_the_ca_travels_inside_tasks_as_pem(
     """What Spark ships to executors carries the CA's PEM (and the token), not
     the driver's file paths: with the files gone, an unpickled partition
     still reaches the coordinator over TLS."""
-    from multikafka.spark.compat import ReadAllAvailable
-    from multikafka.spark.options import NAMES, parse_options
-    from multikafka.spark.source import MultiKafkaStreamReader
+    from multikafka.spark._compat import ReadAllAvailable
+    from multikafka.spark._options import NAMES, parse_options
+    from multikafka.spark._source import MultiKafkaStreamReader
 
     s = _secured(make_coordinator, kafka, tmp_path)
     # The driver's files: copies this test may remove.

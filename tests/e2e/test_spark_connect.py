@@ -27,8 +27,8 @@ import pytest
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka.spark.compat import SPARK_VERSION
-from multikafka.spark.source import MultiKafkaDataSource
+from multikafka.spark import MultiKafkaDataSource
+from multikafka.spark._compat import SPARK_VERSION
 from tests.certs import make_certs
 from tests.conftest import KafkaClusters
 from tests.e2e.spark_helpers import batch_source, run_available_now, sink_keys
@@ -37,6 +37,9 @@ from tests.secure import start_secure
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+INTERNALS = ("multikafka.spark._compat",)
+
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -15,7 +15,7 @@ from multikafka import Reader
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import Feed, create_topics
-from multikafka.reader_agent.arrow import SCHEMA
+from multikafka.reader_agent import SCHEMA
 from tests.conftest import Cluster, KafkaClusters
 from tests.helpers import (
     assert_exactly_once,

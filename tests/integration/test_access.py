@@ -18,16 +18,16 @@ from pathlib import Path
 import grpc
 import pytest
 
+from multikafka.coordinator import TlsFiles
 from multikafka.coordinator.access import AUDIT_LOGGER, Identity, Role
-from multikafka.coordinator.config import TlsFiles
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import MultikafkaError
 from multikafka.core.planner_client import PlannerClient
 from multikafka.core.transport import ConnectConfig, bearer
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.reader_agent import ReadOptions
+from multikafka.reader_agent._plan import tasks_from_plan
 from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from tests.certs import Issued, issue, make_certs
 from tests.conftest import KafkaClusters
@@ -41,6 +41,12 @@ from tests.teams import (
     policy_text,
     start_teams,
 )
+
+INTERNALS = (
+    "multikafka.coordinator.access",
+    "multikafka.reader_agent._plan",
+)
+
 
 pytestmark = pytest.mark.integration
 

@@ -23,17 +23,16 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from multikafka.coordinator.config import CoordinatorConfig
+from multikafka.coordinator import CoordinatorConfig
 from multikafka.core import env
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.exceptions import MultikafkaError, ValidationError
 from multikafka.core.planner_client import PlannerClient
 from multikafka.core.transport import ConnectConfig, bearer
 from multikafka.devstack import CoordinatorThread
-from multikafka.reader_agent import ReaderAgent
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.plan import tasks_from_plan
-from multikafka.spark.partition import MultiKafkaPartition
+from multikafka.reader_agent import ReaderAgent, ReadOptions
+from multikafka.reader_agent._plan import tasks_from_plan
+from multikafka.spark._partition import MultiKafkaPartition
 from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from tests.certs import Certs, make_certs
 from tests.conftest import KafkaClusters
@@ -46,6 +45,12 @@ from tests.helpers import (
     uid,
 )
 from tests.secure import Secure, new_token, start_secure
+
+INTERNALS = (
+    "multikafka.reader_agent._plan",
+    "multikafka.spark._partition",
+)
+
 
 pytestmark = pytest.mark.integration
 

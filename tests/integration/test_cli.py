@@ -21,9 +21,9 @@ from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent import ReaderAgent, arrow
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.reader_agent import ReaderAgent, ReadOptions
+from multikafka.reader_agent import _arrow as arrow
+from multikafka.reader_agent._plan import tasks_from_plan
 from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import (
@@ -34,6 +34,12 @@ from tests.helpers import (
     stream_doc,
     uid,
 )
+
+INTERNALS = (
+    "multikafka.reader_agent._arrow",
+    "multikafka.reader_agent._plan",
+)
+
 
 pytestmark = pytest.mark.integration
 

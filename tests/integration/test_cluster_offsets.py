@@ -21,6 +21,11 @@ from multikafka.devstack.feed import create_topics
 from tests.conftest import KafkaClusters
 from tests.helpers import open_transaction, produce_sequence, transactional_producer, uid
 
+INTERNALS = (
+    "multikafka.coordinator.clusters.kafka",
+    "multikafka.core._secrets",
+)
+
 
 class Topic(NamedTuple):
     client: KafkaMetadataClient

@@ -22,6 +22,9 @@ from multikafka.devstack.stack import TANSU_PROPERTIES
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, uid
 
+INTERNALS = ("multikafka.coordinator.translation.mm2",)
+
+
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 3

@@ -25,6 +25,13 @@ from tests.certs import Certs, make_certs
 from tests.conftest import KafkaClusters
 from tests.helpers import one_line, run_coordinator, stream_doc, uid
 
+INTERNALS = (
+    "multikafka.coordinator.config",
+    "multikafka.coordinator.state.etcd",
+    "multikafka.coordinator.state.leases",
+)
+
+
 pytestmark = pytest.mark.integration
 
 PASSWORD = "etcd-pw-7Qz"

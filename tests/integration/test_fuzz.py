@@ -51,7 +51,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from multikafka.coordinator.runtime.services import MAX_REQUEST_BYTES
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
 from multikafka.core.admin_client import AdminClient
 from multikafka.devstack import CoordinatorProcess, CoordinatorThread
 from multikafka.devstack.feed import create_topics
@@ -66,6 +66,12 @@ from multikafka.v1 import (
 )
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, stream_doc, uid
+
+INTERNALS = (
+    "multikafka.coordinator.runtime.services",
+    "multikafka.core._offsets",
+)
+
 
 pytestmark = pytest.mark.integration
 

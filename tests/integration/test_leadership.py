@@ -17,8 +17,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from multikafka.core._grpc_codes import LEADER_KEY
 from multikafka.core.admin_client import AdminClient
-from multikafka.core.grpc_codes import LEADER_KEY
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, free_port
 from multikafka.devstack.feed import create_topics
@@ -32,6 +32,12 @@ from tests.helpers import (
     stream_doc,
     uid,
 )
+
+INTERNALS = (
+    "multikafka.coordinator.runtime.leader",
+    "multikafka.core._grpc_codes",
+)
+
 
 pytestmark = pytest.mark.integration
 

@@ -18,6 +18,13 @@ from multikafka.core.exceptions import UnavailableError
 from multikafka.devstack import free_port
 from tests.helpers import uid
 
+INTERNALS = (
+    "multikafka.coordinator.config",
+    "multikafka.coordinator.state.etcd",
+    "multikafka.coordinator.state.leases",
+)
+
+
 pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 2.0

@@ -17,6 +17,9 @@ from multikafka.v1 import admin_pb2, admin_pb2_grpc, planner_pb2, planner_pb2_gr
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, stream_doc, uid
 
+INTERNALS = ("multikafka.coordinator.state.etcd",)
+
+
 pytestmark = pytest.mark.integration
 
 SECRET = "s3cr3t-Hunter2"

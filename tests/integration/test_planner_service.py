@@ -9,10 +9,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from multikafka import DataLossError, PreconditionError, ValidationError
+from multikafka.core._offsets import NO_SPLITS
+from multikafka.core._positions import specific as specific_position
 from multikafka.core.admin_client import AdminClient
-from multikafka.core.offsets import NO_SPLITS
 from multikafka.core.planner_client import PlannerClient
-from multikafka.core.positions import specific as specific_position
 from multikafka.core.transport import ConnectConfig
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import SequenceProducer, create_topics, fence
@@ -27,6 +27,13 @@ from tests.helpers import (
     transactional_producer,
     uid,
 )
+
+INTERNALS = (
+    "multikafka.core._offsets",
+    "multikafka.core._positions",
+    "multikafka.core._ranges",
+)
+
 
 pytestmark = pytest.mark.integration
 Position = planner_pb2.Position
@@ -291,8 +298,8 @@ def test_the_planner_speaks_columns_on_the_wire(
     RangeColumns, one form each."""
     import grpc
 
-    from multikafka.core import offsets as ov
-    from multikafka.core import ranges
+    from multikafka.core import _offsets as ov
+    from multikafka.core import _ranges as ranges
     from multikafka.v1 import planner_pb2_grpc
 
     (a,) = kafka.shared(1)

@@ -13,16 +13,25 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from multikafka import DataLossError
 from multikafka.core import env
+from multikafka.core._fingerprint import TRAILING, Fingerprint, fingerprint
+from multikafka.core._ranges import SplitRange
 from multikafka.core._secrets import Properties
-from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
 from multikafka.core.model import Connection
-from multikafka.core.ranges import SplitRange
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
-from multikafka.reader_agent import arrow
-from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, ReadOutcome
+from multikafka.reader_agent import _arrow as arrow
+from multikafka.reader_agent._range_consumer import KafkaRangeConsumer, ReadOutcome
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_mixed, produce_sequence, transactional_producer, uid
+
+INTERNALS = (
+    "multikafka.core._fingerprint",
+    "multikafka.core._ranges",
+    "multikafka.core._secrets",
+    "multikafka.reader_agent._arrow",
+    "multikafka.reader_agent._range_consumer",
+)
+
 
 pytestmark = pytest.mark.integration
 

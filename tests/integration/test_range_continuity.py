@@ -12,14 +12,21 @@ from contextlib import contextmanager
 import pytest
 from confluent_kafka import TopicPartition
 
+from multikafka.core._ranges import SplitRange
 from multikafka.core._secrets import Properties
 from multikafka.core.model import Connection
-from multikafka.core.ranges import SplitRange
 from multikafka.devstack.feed import create_topics
 from multikafka.devstack.stack import TANSU_PROPERTIES
-from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, ReadOutcome
+from multikafka.reader_agent._range_consumer import KafkaRangeConsumer, ReadOutcome
 from tests.conftest import KafkaClusters
 from tests.helpers import produce_sequence, uid
+
+INTERNALS = (
+    "multikafka.core._ranges",
+    "multikafka.core._secrets",
+    "multikafka.reader_agent._range_consumer",
+)
+
 
 pytestmark = pytest.mark.integration
 

@@ -11,13 +11,20 @@ import time
 import pytest
 
 from multikafka.coordinator.clusters.kafka import KafkaMetadataClient
+from multikafka.core._ranges import SplitRange
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import LOGGER_NAME
 from multikafka.core.model import Connection, Properties
-from multikafka.core.ranges import SplitRange
 from multikafka.devstack import free_port
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, ReadOutcome
+from multikafka.reader_agent._range_consumer import KafkaRangeConsumer, ReadOutcome
+
+INTERNALS = (
+    "multikafka.coordinator.clusters.kafka",
+    "multikafka.core._ranges",
+    "multikafka.reader_agent._range_consumer",
+)
+
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,14 @@ from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread, procfs
 from multikafka.devstack.feed import create_topics
-from multikafka.reader_agent import ReaderAgent, ReadTask
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.plan import tasks_from_plan
+from multikafka.reader_agent import ReaderAgent, ReadOptions, ReadTask
+from multikafka.reader_agent._plan import tasks_from_plan
 from multikafka.v1 import planner_pb2, reader_pb2, reader_pb2_grpc
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, seeded_stream, stream_doc, uid
+
+INTERNALS = ("multikafka.reader_agent._plan",)
+
 
 pytestmark = pytest.mark.integration
 

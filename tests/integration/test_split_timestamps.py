@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from multikafka import PreconditionError, Reader, ValidationError
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
@@ -22,6 +22,9 @@ from multikafka.reader_agent import ReaderAgent
 from multikafka.v1 import planner_pb2
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, stream_doc, uid
+
+INTERNALS = ("multikafka.core._offsets",)
+
 
 pytestmark = pytest.mark.integration
 Position = planner_pb2.Position

@@ -23,6 +23,14 @@ from multikafka.coordinator.access.policy import (
 from multikafka.coordinator.metrics import Metrics
 from multikafka.core.exceptions import AuthenticationError, PermissionDeniedError, UnavailableError
 
+INTERNALS = (
+    "multikafka.coordinator.access",
+    "multikafka.coordinator.access.caller",
+    "multikafka.coordinator.access.policy",
+    "multikafka.coordinator.metrics",
+)
+
+
 TOKENS = {
     name: f"{name}-secret-token"
     for name in ("team-a-jobs", "team-b-jobs", "team-a-ops", "platform")

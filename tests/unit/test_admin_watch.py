@@ -13,6 +13,12 @@ from multikafka.cli.admin_cmd import admin_group
 from multikafka.cli.watch import Meter, Snapshot, render, snapshot_json
 from multikafka.v1 import admin_pb2
 
+INTERNALS = (
+    "multikafka.cli.admin_cmd",
+    "multikafka.cli.watch",
+)
+
+
 NOW_MS = 1_700_000_000_000
 
 

@@ -11,13 +11,20 @@ from typing import Any
 
 import pytest
 
-from multikafka.core import offsets as ov
-from multikafka.core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate, available_records
+from multikafka.core import _offsets as ov
+from multikafka.core._admission import DEFAULT_MAX_DELAY_S, MinRecordsGate, available_records
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.planner_client import LatestOffsets
-from multikafka.spark.compat import ReadAllAvailable, ReadMaxRows, ReadMinRows
-from multikafka.spark.options import parse_options
-from multikafka.spark.source import MultiKafkaStreamReader
+from multikafka.spark import parse_options
+from multikafka.spark._compat import ReadAllAvailable, ReadMaxRows, ReadMinRows
+from multikafka.spark._source import MultiKafkaStreamReader
+
+INTERNALS = (
+    "multikafka.core._admission",
+    "multikafka.core._offsets",
+    "multikafka.spark._compat",
+    "multikafka.spark._source",
+)
 
 
 class Clock:

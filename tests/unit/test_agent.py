@@ -10,21 +10,29 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pytest
 
+from multikafka.core._ranges import SplitRange
 from multikafka.core._secrets import Properties
 from multikafka.core.model import Connection
-from multikafka.core.ranges import SplitRange
-from multikafka.reader_agent.agent import ReaderAgent
-from multikafka.reader_agent.arrow import (
+from multikafka.reader_agent import ReaderAgent, ReadTask
+from multikafka.reader_agent._arrow import (
     HEADERS_TYPE,
     SCHEMA,
     SCHEMA_WITH_HEADERS,
     TIMESTAMP_TYPE,
     Columns,
 )
-from multikafka.reader_agent.range_consumer import ReadOutcome
-from multikafka.reader_agent.task import ReadTask
+from multikafka.reader_agent._range_consumer import ReadOutcome
 from multikafka.v1 import reader_pb2
 from tests.helpers import eventually
+
+INTERNALS = (
+    "multikafka.core._ranges",
+    "multikafka.core._secrets",
+    "multikafka.reader_agent._arrow",
+    "multikafka.reader_agent._range_consumer",
+    "multikafka.reader_agent._subreader",
+)
+
 
 STREAM = "orders"
 
@@ -241,7 +249,7 @@ def test_stats_count_records_and_splits(agent: ReaderAgent) -> None:
 def test_splits_not_read_for_a_while_are_no_longer_reported(
     agent: ReaderAgent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from multikafka.reader_agent import subreader
+    from multikafka.reader_agent import _subreader as subreader
 
     now = [1000.0]
     monkeypatch.setattr(subreader.time, "monotonic", lambda: now[0])

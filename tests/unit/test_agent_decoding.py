@@ -8,15 +8,22 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pytest
 
+from multikafka.core._ranges import SplitRange
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import MalformedRecordError
 from multikafka.core.model import Connection
-from multikafka.core.ranges import SplitRange
-from multikafka.reader_agent.agent import ReaderAgent
-from multikafka.reader_agent.arrow import TIMESTAMP_TYPE, Columns
-from multikafka.reader_agent.payloads import PayloadDecoding
-from multikafka.reader_agent.range_consumer import ReadOutcome
-from multikafka.reader_agent.task import ReadTask
+from multikafka.reader_agent import ReaderAgent, ReadTask
+from multikafka.reader_agent._arrow import TIMESTAMP_TYPE, Columns
+from multikafka.reader_agent._payloads import PayloadDecoding
+from multikafka.reader_agent._range_consumer import ReadOutcome
+
+INTERNALS = (
+    "multikafka.core._ranges",
+    "multikafka.core._secrets",
+    "multikafka.reader_agent._arrow",
+    "multikafka.reader_agent._payloads",
+    "multikafka.reader_agent._range_consumer",
+)
 
 
 class PayloadReader:

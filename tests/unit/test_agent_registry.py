@@ -11,6 +11,8 @@ import pytest
 from multikafka.coordinator.agents.registry import Agent, AgentRegistry, Mailbox, Outgoing, merge
 from multikafka.v1 import reader_pb2
 
+INTERNALS = ("multikafka.coordinator.agents.registry",)
+
 
 def _registry_with(*agent_ids: str) -> AgentRegistry:
     registry = AgentRegistry(etcd=None, prefix="/t", ttl_s=10)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from multikafka.reader_agent.arrow import (
+from multikafka.reader_agent._arrow import (
     HEADERS_TYPE,
     SCHEMA,
     SCHEMA_WITH_HEADERS,
@@ -35,6 +35,9 @@ from multikafka.reader_agent.arrow import (
     convert,
     record_batch,
 )
+
+INTERNALS = ("multikafka.reader_agent._arrow",)
+
 
 # ``StructType.fromDDL`` needs a JVM; the Spark schemas are built by hand and
 # checked against the DDL text below.

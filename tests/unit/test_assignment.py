@@ -22,7 +22,12 @@ from multikafka.coordinator.planning.assignment import (
     piece_counts,
     plan_tasks,
 )
-from multikafka.core.ranges import SplitRange
+from multikafka.core._ranges import SplitRange
+
+INTERNALS = (
+    "multikafka.coordinator.planning.assignment",
+    "multikafka.core._ranges",
+)
 
 
 def R(cluster: str, start: int, until: int) -> SplitRange:

@@ -9,9 +9,11 @@ import threading
 
 import pytest
 
-from multikafka.core import background
-from multikafka.core.background import BackgroundTasks, BackgroundThreads
+from multikafka.core import _background as background
+from multikafka.core._background import BackgroundTasks, BackgroundThreads
 from tests.helpers import eventually, eventually_async
+
+INTERNALS = ("multikafka.core._background",)
 
 
 @pytest.fixture(autouse=True)

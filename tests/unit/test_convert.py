@@ -23,14 +23,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multikafka.core import env
-from multikafka.reader_agent import _cconvert, arrow
-from multikafka.reader_agent.arrow import (
+from multikafka.reader_agent import _arrow as arrow
+from multikafka.reader_agent import _cconvert
+from multikafka.reader_agent._arrow import (
     SCHEMA,
     SCHEMA_WITH_HEADERS,
     Columns,
     convert,
     record_batch,
 )
+
+INTERNALS = (
+    "multikafka.reader_agent._arrow",
+    "multikafka.reader_agent._cconvert",
+)
+
 
 #: The converters every test runs: Python and both modes of the compiled one
 #: (a missing build fails them: CI has a compiler).

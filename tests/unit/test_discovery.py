@@ -13,13 +13,19 @@ from typing import Any
 
 import pytest
 
+from multikafka.coordinator import CoordinatorConfig
 from multikafka.coordinator.clusters.discovery import Discovery
-from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.planning.end_vector import ClusterSnapshot, new_splits
 from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core.model import ClusterState, Connection
 from multikafka.core.validation import parse_stream
 from tests.fakes import FakeCluster, FakeMetadataClient
+
+INTERNALS = (
+    "multikafka.coordinator.clusters.discovery",
+    "multikafka.coordinator.planning.end_vector",
+    "multikafka.coordinator.state.stream_status",
+)
 
 
 @pytest.fixture

@@ -24,6 +24,13 @@ from multikafka.core.exceptions import UnavailableError
 from tests.fakes import BlockingRenewals, FakeEtcd
 from tests.helpers import eventually_async
 
+INTERNALS = (
+    "multikafka.coordinator.metrics",
+    "multikafka.coordinator.runtime.election",
+    "multikafka.coordinator.state.etcd",
+)
+
+
 PREFIX = "/t"
 KEY = f"{PREFIX}/leader"
 DATA = f"{PREFIX}/streams/s"

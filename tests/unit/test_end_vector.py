@@ -15,9 +15,15 @@ from multikafka.coordinator.planning.end_vector import (
     new_splits,
     plan_end,
 )
+from multikafka.core._offsets import NO_SPLITS, as_offsets, to_json
 from multikafka.core.exceptions import DataLossError
 from multikafka.core.model import ClusterState, SplitId
-from multikafka.core.offsets import NO_SPLITS, as_offsets, to_json
+
+INTERNALS = (
+    "multikafka.coordinator.planning.end_vector",
+    "multikafka.core._offsets",
+)
+
 
 ACTIVE = ClusterState.ACTIVE
 

@@ -11,6 +11,11 @@ from multikafka.coordinator.config import CoordinatorConfig, etcd_from, etcd_set
 from multikafka.coordinator.state.etcd import Etcd
 from multikafka.core.exceptions import ValidationError
 
+INTERNALS = (
+    "multikafka.coordinator.config",
+    "multikafka.coordinator.state.etcd",
+)
+
 
 async def test_two_calls_failing_on_one_member_move_on_once() -> None:
     """The watch and a call both see member A go: the client moves to B once,

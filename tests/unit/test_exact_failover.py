@@ -21,13 +21,24 @@ from multikafka.coordinator.planning.end_vector import ClusterSnapshot, plan_end
 from multikafka.coordinator.state.stream_status import FailoverRecord
 from multikafka.coordinator.translation import FailoverTranslator, ReadMark, ReadMarks
 from multikafka.coordinator.translation.failover import ESTIMATE, MATCHED, PARTIAL
-from multikafka.core.fingerprint import Fingerprint, fingerprint
+from multikafka.core._fingerprint import Fingerprint, fingerprint
+from multikafka.core._offsets import as_offsets
+from multikafka.core._ranges import SplitRange
 from multikafka.core.mm2_records import OffsetSync
 from multikafka.core.model import ClusterState, FailoverStrategy, SplitId
-from multikafka.core.offsets import as_offsets
-from multikafka.core.ranges import SplitRange
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import FAKE_CONFIG, Parts, coordinator_parts
+
+INTERNALS = (
+    "multikafka.coordinator.planning.end_vector",
+    "multikafka.coordinator.state.stream_status",
+    "multikafka.coordinator.translation",
+    "multikafka.coordinator.translation.failover",
+    "multikafka.core._fingerprint",
+    "multikafka.core._offsets",
+    "multikafka.core._ranges",
+)
+
 
 A, B = "h:1", "h:2"
 N = 40

@@ -20,6 +20,9 @@ from multikafka.core.transport import ConnectConfig, Coordinators
 from multikafka.v1 import planner_pb2, planner_pb2_grpc
 from tests.helpers import eventually_async
 
+INTERNALS = ("multikafka.coordinator.api.rpc",)
+
+
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
 

@@ -7,6 +7,14 @@ import importlib.metadata
 
 import pytest
 
+INTERNALS = (
+    "multikafka.reader_agent._agent",
+    "multikafka.reader_agent._arrow",
+    "multikafka.reader_agent._options",
+    "multikafka.spark._options",
+)
+
+
 PUBLIC = {
     "multikafka": [
         "AuthenticationError",
@@ -44,6 +52,7 @@ PUBLIC = {
         "SCHEMA_WITH_HEADERS",
         "SPARK_DDL",
         "SPARK_DDL_WITH_HEADERS",
+        "ReadOptions",
         "ReadTask",
         "ReaderAgent",
         "get_agent",
@@ -76,10 +85,10 @@ def test_every_public_name_is_importable(package: str) -> None:
         ("multikafka", "ValidationError", "multikafka.core.exceptions"),
         ("multikafka", "StreamSpec", "multikafka.core.model"),
         ("multikafka", "parse_stream", "multikafka.core.validation"),
-        ("multikafka.reader_agent", "ReaderAgent", "multikafka.reader_agent.agent"),
-        ("multikafka.reader_agent", "record_batch", "multikafka.reader_agent.arrow"),
-        ("multikafka.spark", "ReadOptions", "multikafka.reader_agent.options"),
-        ("multikafka.spark", "parse_options", "multikafka.spark.options"),
+        ("multikafka.reader_agent", "ReaderAgent", "multikafka.reader_agent._agent"),
+        ("multikafka.reader_agent", "record_batch", "multikafka.reader_agent._arrow"),
+        ("multikafka.spark", "ReadOptions", "multikafka.reader_agent._options"),
+        ("multikafka.spark", "parse_options", "multikafka.spark._options"),
     ],
 )
 def test_public_names_are_the_implementations(package: str, name: str, home: str) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from multikafka.core._grpc_codes import MAX_DETAILS, clip
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.grpc_codes import MAX_DETAILS, clip
+
+INTERNALS = ("multikafka.core._grpc_codes",)
 
 
 def test_short_text_is_unchanged() -> None:

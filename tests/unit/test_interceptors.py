@@ -9,13 +9,21 @@ from typing import Any
 import grpc
 import pytest
 
+from multikafka.coordinator import CoordinatorConfig
 from multikafka.coordinator.access import AccessControl
 from multikafka.coordinator.api.auth import AuthInterceptor
 from multikafka.coordinator.api.rpc import ParseInterceptor
-from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.runtime import services
 from multikafka.v1 import planner_pb2
 from tests.unit.test_services import Aborted, Context
+
+INTERNALS = (
+    "multikafka.coordinator.access",
+    "multikafka.coordinator.api.auth",
+    "multikafka.coordinator.api.rpc",
+    "multikafka.coordinator.runtime.services",
+)
+
 
 METHOD = "/multikafka.v1.Planner/LatestOffsets"
 

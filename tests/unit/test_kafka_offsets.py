@@ -18,6 +18,12 @@ from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.model import Connection
 
+INTERNALS = (
+    "multikafka.coordinator.clusters.kafka",
+    "multikafka.core._secrets",
+)
+
+
 LatestSpec = type(OffsetSpec.latest())
 TimestampSpec = type(OffsetSpec.for_timestamp(0))
 

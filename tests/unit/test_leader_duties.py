@@ -12,6 +12,8 @@ from multikafka.coordinator.runtime import leader
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
+INTERNALS = ("multikafka.coordinator.runtime.leader",)
+
 
 async def test_a_part_that_hangs_or_fails_does_not_keep_the_others_running(
     parts: Parts, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

@@ -20,6 +20,9 @@ from multikafka.core.model import ClusterState, FailoverStrategy
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
+INTERNALS = ("multikafka.coordinator.clusters.discovery",)
+
+
 AUTO = {"standby": "b", "unreachable_after_ms": 60_000, "strategy": "identity", "margin_ms": 2_000}
 
 

@@ -23,6 +23,9 @@ from multikafka.core.validation import parse_stream
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
+INTERNALS = ("multikafka.coordinator.state.stream_status",)
+
+
 #: End offsets of cluster a's two partitions of topic t (on "h:1").
 A_LATEST = {("t", 0): 5, ("t", 1): 7}
 A_DRAIN = {"a/t/0": 5, "a/t/1": 7}

@@ -15,9 +15,11 @@ import grpc
 import pytest
 
 from multikafka.core.transport import ConnectConfig
-from multikafka.reader_agent.link import CoordinatorLink
+from multikafka.reader_agent._link import CoordinatorLink
 from multikafka.v1 import reader_pb2, reader_pb2_grpc
 from tests.helpers import eventually
+
+INTERNALS = ("multikafka.reader_agent._link",)
 
 
 class FakeReader(reader_pb2_grpc.ReaderServicer):

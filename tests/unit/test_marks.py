@@ -17,8 +17,14 @@ from multikafka.coordinator.translation.marks import (
     Mark,
     ReadMarks,
 )
-from multikafka.core.fingerprint import TRAILING, Fingerprint, encode
+from multikafka.core._fingerprint import TRAILING, Fingerprint, encode
 from tests.fakes import FakeEtcd
+
+INTERNALS = (
+    "multikafka.coordinator.translation.marks",
+    "multikafka.core._fingerprint",
+)
+
 
 KEY = "/t/marks/s/a/t/0"
 

@@ -1,6 +1,6 @@
 """Finding a mirror's copy of the last records read
 (:class:`multikafka.coordinator.translation.matching.Matcher`), and the
-fingerprints both sides compute (:mod:`multikafka.core.fingerprint`): a
+fingerprints both sides compute (:mod:`multikafka.core._fingerprint`): a
 faithful copy at shifted offsets, a re-sent batch (the latest copy), identical
 records in a row (the first place: never a skip), a mirror that lags (the
 longest beginning), records of other times never fingerprinted, a changed
@@ -11,7 +11,12 @@ from __future__ import annotations
 import pytest
 
 from multikafka.coordinator.translation.matching import Found, Matcher
-from multikafka.core.fingerprint import Fingerprint, decode, encode, fingerprint, pairs
+from multikafka.core._fingerprint import Fingerprint, decode, encode, fingerprint, pairs
+
+INTERNALS = (
+    "multikafka.coordinator.translation.matching",
+    "multikafka.core._fingerprint",
+)
 
 
 def rec(n: int, ts: int | None = None) -> Fingerprint:

@@ -16,6 +16,14 @@ from multikafka.devstack.stack import stream_doc
 from tests.fakes import FakeEtcd, Parts
 from tests.helpers import eventually_async
 
+INTERNALS = (
+    "multikafka.coordinator.state.history",
+    "multikafka.coordinator.state.queries",
+    "multikafka.coordinator.translation",
+    "multikafka.coordinator.translation.marks",
+)
+
+
 #: JSON that is not the object a record is, or an object of the wrong shape.
 MALFORMED = [b"[]", b"null", b'"x"', b"5", b"not json", b'{"drains": []}']
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from multikafka.coordinator.metrics import Metrics
 
+INTERNALS = ("multikafka.coordinator.metrics",)
+
 
 def _value(metrics: Metrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)

@@ -7,11 +7,17 @@ from __future__ import annotations
 import pytest
 
 from multikafka.coordinator.planning.batches import MicroBatches, TaskPlan
+from multikafka.core._offsets import EMPTY, as_offsets
 from multikafka.core.exceptions import PreconditionError
-from multikafka.core.offsets import EMPTY, as_offsets
 from multikafka.devstack.stack import stream_doc
 from multikafka.v1 import planner_pb2
 from tests.fakes import Parts
+
+INTERNALS = (
+    "multikafka.coordinator.planning.batches",
+    "multikafka.core._offsets",
+)
+
 
 A, B = "h:1", "h:2"
 DAY_MS = 86_400_000

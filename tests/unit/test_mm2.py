@@ -36,6 +36,8 @@ from multikafka.coordinator.translation.mm2 import (
 )
 from multikafka.core.mm2_records import Checkpoint, OffsetSync
 
+INTERNALS = ("multikafka.coordinator.translation.mm2",)
+
 
 def test_the_public_names_are_locked() -> None:
     # changing them is an API change, made on purpose

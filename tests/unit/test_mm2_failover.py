@@ -18,12 +18,18 @@ from typing import Any
 import pytest
 
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
+from multikafka.core._offsets import as_offsets
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.mm2_records import Checkpoint, OffsetSync
 from multikafka.core.model import FailoverStrategy, SplitId
-from multikafka.core.offsets import as_offsets
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
+
+INTERNALS = (
+    "multikafka.coordinator.translation.mm2.tracker",
+    "multikafka.core._offsets",
+)
+
 
 A, B = "h:1", "h:2"
 SYNCS = "mm2-offset-syncs.b.internal"

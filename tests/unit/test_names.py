@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: Every distribution's source root.
 ROOTS = ["core/src", "coordinator/src", "reader_agent/src", "spark_bridge/src", "src"]
 #: The modules of payload decoding (keyFormat / valueFormat and mode).
-PAYLOAD_DECODING = {"decoders.py", "payloads.py"}
+PAYLOAD_DECODING = {"decoders.py", "_payloads.py"}
 
 
 def shipped() -> list[Path]:
@@ -81,7 +81,7 @@ READ_MARK_HOMES = {
     "coordinator/src/multikafka/coordinator/runtime/leader.py",
     "coordinator/src/multikafka/coordinator/translation/failover.py",
     "coordinator/src/multikafka/coordinator/translation/marks.py",
-    "reader_agent/src/multikafka/reader_agent/agent.py",
+    "reader_agent/src/multikafka/reader_agent/_agent.py",
 }
 #: PyYAML's names for positions in a file, and words that are not "mark".
 NOT_A_MARK = re.compile(r"(?i)watermark|marker|problem_mark|start_mark|MarkedYAMLError")

@@ -9,12 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from multikafka.coordinator.translation.mm2 import SyncStore
+from multikafka.coordinator.translation.mm2.bound import ReadAgain, read_again
 from multikafka.core.mm2_records import OffsetSync
-from multikafka.devstack.offset_syncs import (
-    OFFSET_LAG_MAX,
-    OffsetSyncWriter,
-    ReadAgain,
-    read_again,
+from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX, OffsetSyncWriter
+
+INTERNALS = (
+    "multikafka.coordinator.translation.mm2",
+    "multikafka.coordinator.translation.mm2.bound",
 )
 
 

@@ -12,11 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
+from multikafka.core._offsets import NO_SPLITS, OFFSET_MAX
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import SplitId
-from multikafka.core.offsets import NO_SPLITS, OFFSET_MAX
 from multikafka.v1 import planner_pb2
+
+INTERNALS = ("multikafka.core._offsets",)
 
 
 def test_canonical_sorts_keys() -> None:

@@ -1,4 +1,4 @@
-"""Decoding a read's batches (multikafka.reader_agent.payloads): the three modes,
+"""Decoding a read's batches (multikafka.reader_agent._payloads): the three modes,
 the declared schema (equal to what PySpark builds from the declared DDL),
 and that other columns are kept as they are."""
 
@@ -23,15 +23,21 @@ from pyspark.sql.types import (
 )
 
 from multikafka.core.exceptions import MalformedRecordError, ValidationError
-from multikafka.reader_agent.arrow import (
+from multikafka.reader_agent import ReadTask
+from multikafka.reader_agent._arrow import (
     HEADERS_TYPE,
     SCHEMA,
     TIMESTAMP_TYPE,
     Columns,
     record_batch,
 )
-from multikafka.reader_agent.payloads import MalformedCounts, Mode, PayloadDecoding
-from multikafka.reader_agent.task import ReadTask
+from multikafka.reader_agent._payloads import MalformedCounts, Mode, PayloadDecoding
+
+INTERNALS = (
+    "multikafka.reader_agent._arrow",
+    "multikafka.reader_agent._payloads",
+)
+
 
 VALUE_SCHEMA = (
     "id long, name string, tags array<string>, inner struct<a: int, b: double>, ts timestamp"

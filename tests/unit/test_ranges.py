@@ -1,4 +1,4 @@
-"""Ranges on the wire (:mod:`multikafka.core.ranges`): one Python type,
+"""Ranges on the wire (:mod:`multikafka.core._ranges`): one Python type,
 ``SplitRange``, and one message, ``RangeColumns``, for plans and reports."""
 
 from __future__ import annotations
@@ -8,9 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from multikafka.core._ranges import SplitRange, columns, from_columns, tasks_of, to_columns
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.ranges import SplitRange, columns, from_columns, tasks_of, to_columns
 from multikafka.v1 import common_pb2
+
+INTERNALS = ("multikafka.core._ranges",)
+
 
 NAMES = st.sampled_from(["east", "west", "c-1"])
 RANGES = st.builds(

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from multikafka.reader_agent import range_consumer as kafka
+from multikafka.reader_agent import _range_consumer as kafka
+
+INTERNALS = ("multikafka.reader_agent._range_consumer",)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""One read-options model (multikafka.reader_agent.options.ReadOptions) that the
+"""One read-options model (multikafka.reader_agent._options.ReadOptions) that the
 Spark source's options and the standalone reader's arguments both map onto.
 
 The mapping is locked: every field is set by a Spark option and by a Reader
@@ -19,21 +19,32 @@ import pytest
 
 from multikafka import Reader
 from multikafka.core import env
+from multikafka.core._ranges import SplitRange
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import Connection
 from multikafka.core.planner_client import Plan
-from multikafka.core.ranges import SplitRange
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader import NAMES as READER_NAMES
-from multikafka.reader_agent.options import ReadOptions, Vocabulary
-from multikafka.reader_agent.overrides import check_overrides
-from multikafka.reader_agent.payloads import Mode, PayloadDecoding
-from multikafka.reader_agent.plan import read_tasks, tasks_from_plan
-from multikafka.spark.options import NAMES as SPARK_NAMES
-from multikafka.spark.options import parse_options
+from multikafka.reader_agent._options import ReadOptions, Vocabulary
+from multikafka.reader_agent._overrides import check_overrides
+from multikafka.reader_agent._payloads import Mode, PayloadDecoding
+from multikafka.reader_agent._plan import read_tasks, tasks_from_plan
+from multikafka.spark import parse_options
+from multikafka.spark._options import NAMES as SPARK_NAMES
 from multikafka.v1.planner_pb2 import Position
 from tests.helpers import by_split
+
+INTERNALS = (
+    "multikafka.core._ranges",
+    "multikafka.core._secrets",
+    "multikafka.reader_agent._options",
+    "multikafka.reader_agent._overrides",
+    "multikafka.reader_agent._payloads",
+    "multikafka.reader_agent._plan",
+    "multikafka.spark._options",
+)
+
 
 COORDINATOR = "127.0.0.1:7070"
 STREAM = "orders"

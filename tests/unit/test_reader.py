@@ -9,7 +9,7 @@ import pytest
 
 from multikafka import Reader, ValidationError
 from multikafka.reader import Position, _advance, _start
-from multikafka.reader_agent.arrow import SCHEMA, SCHEMA_WITH_HEADERS
+from multikafka.reader_agent import SCHEMA, SCHEMA_WITH_HEADERS
 from tests.helpers import by_split
 
 

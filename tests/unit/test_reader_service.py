@@ -9,6 +9,8 @@ from multikafka.devstack.stack import stream_doc
 from multikafka.v1 import reader_pb2
 from tests.fakes import Parts
 
+INTERNALS = ("multikafka.coordinator.api.reader",)
+
 
 def test_every_method_of_the_proto_is_registered() -> None:
     handlers = method_handlers(ReaderService(None, None, 2.0))  # type: ignore[arg-type]

@@ -7,9 +7,14 @@ from __future__ import annotations
 import pytest
 
 from multikafka.coordinator.api.vectors import RecentVectors
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
 from multikafka.core.exceptions import ValidationError
 from multikafka.v1 import planner_pb2
+
+INTERNALS = (
+    "multikafka.coordinator.api.vectors",
+    "multikafka.core._offsets",
+)
 
 
 def vector(n: int, at: int = 0) -> ov.SplitOffsets:

@@ -29,6 +29,15 @@ from multikafka.devstack.stack import stream_doc
 from multikafka.v1 import reader_pb2
 from tests.fakes import FakeMetadataClient, Parts
 
+INTERNALS = (
+    "multikafka.coordinator.agents.reconcile",
+    "multikafka.coordinator.agents.registry",
+    "multikafka.coordinator.state.metadata",
+    "multikafka.coordinator.state.stream_status",
+    "multikafka.coordinator.translation.marks",
+)
+
+
 REMOVED = "REMOVED"
 LATENCY_COUNT = "multikafka_reconcile_latency_seconds_count"
 

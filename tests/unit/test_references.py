@@ -1,4 +1,4 @@
-"""ConfigProvider references in cluster properties (multikafka.core.references):
+"""ConfigProvider references in cluster properties (multikafka.core._references):
 checked at the put, resolved where a client is made, never shown resolved."""
 
 from __future__ import annotations
@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from multikafka.core._kafka_config import client_config
+from multikafka.core._references import ReferenceError, check_references, resolve_properties
 from multikafka.core._secrets import REDACTED, Properties
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.kafka_config import client_config
 from multikafka.core.model import Connection
-from multikafka.core.references import ReferenceError, check_references, resolve_properties
 from multikafka.core.validation import parse_stream
+
+INTERNALS = (
+    "multikafka.core._kafka_config",
+    "multikafka.core._references",
+    "multikafka.core._secrets",
+)
+
 
 SECRET = "pa55-w0rd=with:colons"
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from multikafka.spark.source import MultiKafkaDataSource, parallelism_of, register
+from multikafka.spark._source import MultiKafkaDataSource, parallelism_of, register
+
+INTERNALS = ("multikafka.spark._source",)
 
 
 class Registry:

@@ -15,10 +15,16 @@ from __future__ import annotations
 import pytest
 
 from multikafka.coordinator.state.queries import QueryStore, RemovedCluster
+from multikafka.core._offsets import as_offsets
 from multikafka.core.exceptions import DataLossError
-from multikafka.core.offsets import as_offsets
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
+
+INTERNALS = (
+    "multikafka.coordinator.state.queries",
+    "multikafka.core._offsets",
+)
+
 
 A, B = "h:1", "h:2"
 DAY_MS = 86_400_000

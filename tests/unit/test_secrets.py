@@ -11,6 +11,9 @@ import pytest
 from multikafka.core._secrets import REDACTED, Properties, is_secret
 from multikafka.core.model import ClusterSpec, Connection, StreamSpec
 
+INTERNALS = ("multikafka.core._secrets",)
+
+
 SECRETS = {
     "sasl.password": "pw-sasl-0001",
     "ssl.key.password": "pw-key-0002",

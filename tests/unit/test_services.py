@@ -16,12 +16,22 @@ from multikafka.coordinator.api.admin import AdminService
 from multikafka.coordinator.api.planner import PlannerService
 from multikafka.coordinator.operations.replica_status import EtcdHealth, ReplicaStatus
 from multikafka.coordinator.operations.reports import StandbyReports
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
+from multikafka.core._grpc_codes import LEADER_KEY
 from multikafka.core.exceptions import NotLeaderError
-from multikafka.core.grpc_codes import LEADER_KEY
 from multikafka.devstack.stack import stream_doc
 from multikafka.v1 import admin_pb2, planner_pb2
 from tests.fakes import Parts
+
+INTERNALS = (
+    "multikafka.coordinator.api.admin",
+    "multikafka.coordinator.api.planner",
+    "multikafka.coordinator.operations.replica_status",
+    "multikafka.coordinator.operations.reports",
+    "multikafka.core._grpc_codes",
+    "multikafka.core._offsets",
+)
+
 
 A = "h:1"
 

@@ -9,16 +9,25 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
+from multikafka.core._ranges import SplitRange
 from multikafka.core._secrets import Properties
 from multikafka.core.model import Connection
 from multikafka.core.planner_client import LatestOffsets, Plan, TaskOptions
-from multikafka.core.ranges import SplitRange
-from multikafka.spark.commits import PendingCommit
-from multikafka.spark.compat import ReadAllAvailable
-from multikafka.spark.options import parse_options
-from multikafka.spark.source import MultiKafkaStreamReader
+from multikafka.spark import parse_options
+from multikafka.spark._commits import PendingCommit
+from multikafka.spark._compat import ReadAllAvailable
+from multikafka.spark._source import MultiKafkaStreamReader
 from tests.helpers import eventually
+
+INTERNALS = (
+    "multikafka.core._offsets",
+    "multikafka.core._ranges",
+    "multikafka.core._secrets",
+    "multikafka.spark._commits",
+    "multikafka.spark._compat",
+    "multikafka.spark._source",
+)
 
 
 def _plan(start: int, end: int) -> Plan:

@@ -1,4 +1,4 @@
-"""The Spark DDL parser and writer (multikafka.reader_agent.spark_ddl): the Arrow
+"""The Spark DDL parser and writer (multikafka.reader_agent._spark_ddl): the Arrow
 types it builds are those PySpark builds from the same DDL."""
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ from pyspark.sql.types import (
 )
 
 from multikafka.core.exceptions import ValidationError
-from multikafka.reader_agent.spark_ddl import parse_schema, parse_type, schema_ddl, type_ddl
+from multikafka.reader_agent._spark_ddl import parse_schema, parse_type, schema_ddl, type_ddl
+
+INTERNALS = ("multikafka.reader_agent._spark_ddl",)
+
 
 #: Spark type names (every alias) -> the PySpark type Spark's parser gives.
 PRIMITIVES: dict[str, DataType] = {

@@ -9,21 +9,29 @@ from __future__ import annotations
 
 import pytest
 
+from multikafka.core._kafka_config import client_config
+from multikafka.core._ranges import SplitRange
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.kafka_config import client_config
 from multikafka.core.model import Connection
-from multikafka.core.ranges import SplitRange
-from multikafka.reader_agent.agent import ReaderAgent
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.overrides import Overrides, check_overrides, with_overrides
-from multikafka.reader_agent.range_consumer import KafkaRangeConsumer
-from multikafka.reader_agent.task import ReadTask
-from multikafka.spark.options import KNOWN, parse_options
+from multikafka.reader_agent import ReaderAgent, ReadOptions, ReadTask
+from multikafka.reader_agent._overrides import Overrides, check_overrides, with_overrides
+from multikafka.reader_agent._range_consumer import KafkaRangeConsumer
+from multikafka.spark._options import KNOWN, parse_options
 from multikafka.v1 import reader_pb2
 from multikafka.v1.planner_pb2 import Position
 from tests.helpers import by_split
 from tests.unit.test_agent import FakeFactory
+
+INTERNALS = (
+    "multikafka.core._kafka_config",
+    "multikafka.core._ranges",
+    "multikafka.core._secrets",
+    "multikafka.reader_agent._overrides",
+    "multikafka.reader_agent._range_consumer",
+    "multikafka.spark._options",
+)
+
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
 

@@ -1,4 +1,4 @@
-"""Options of the ``multikafka`` Spark source (multikafka.spark.options.parse_options into ReadOptions)."""
+"""Options of the ``multikafka`` Spark source (multikafka.spark._options.parse_options into ReadOptions)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,18 @@ from typing import Any
 import pytest
 
 from multikafka.core.exceptions import ValidationError
-from multikafka.reader_agent.arrow import SPARK_DDL
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.payloads import Mode, PayloadDecoding
-from multikafka.spark.options import KNOWN, parse_options
-from multikafka.spark.source import MultiKafkaDataSource
+from multikafka.reader_agent import SPARK_DDL, ReadOptions
+from multikafka.reader_agent._payloads import Mode, PayloadDecoding
+from multikafka.spark import MultiKafkaDataSource
+from multikafka.spark._options import KNOWN, parse_options
 from multikafka.v1.planner_pb2 import Position
 from tests.helpers import by_split
+
+INTERNALS = (
+    "multikafka.reader_agent._payloads",
+    "multikafka.spark._options",
+)
+
 
 BASE = {"coordinator": "127.0.0.1:7070", "stream": "orders"}
 

@@ -1,4 +1,4 @@
-"""The startup trace of a process's first read (``reader_agent.startup``):
+"""The startup trace of a process's first read (``reader_agent._startup``):
 written once, to the file the environment names, with the first time of each
 stamp and the process's start; nothing without the variable."""
 
@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from multikafka.reader_agent import startup
+from multikafka.reader_agent import _startup as startup
+
+INTERNALS = ("multikafka.reader_agent._startup",)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """Task slots: how many tasks a query's Spark runs at once, worked out by
 the reader agent from its task's Spark configuration
-(:mod:`multikafka.spark.slots`), reported with its reads, and used by the
+(:mod:`multikafka.spark._slots`), reported with its reads, and used by the
 planner for the query's later micro-batches when the planning request does
 not say (:mod:`multikafka.coordinator.agents.task_slots`)."""
 
@@ -14,12 +14,20 @@ import pytest
 
 from multikafka.coordinator.agents.task_slots import MAX_TASK_SLOTS, TaskSlots
 from multikafka.coordinator.api.reader import ReaderService
-from multikafka.core.offsets import as_offsets
+from multikafka.core._offsets import as_offsets
 from multikafka.devstack.stack import stream_doc
-from multikafka.spark import slots
-from multikafka.spark.slots import slots_of, task_slots
+from multikafka.spark import _slots as slots
+from multikafka.spark._slots import slots_of, task_slots
 from multikafka.v1 import reader_pb2
 from tests.fakes import Parts
+
+INTERNALS = (
+    "multikafka.coordinator.agents.task_slots",
+    "multikafka.coordinator.api.reader",
+    "multikafka.core._offsets",
+    "multikafka.spark._slots",
+)
+
 
 # -- the rule -----------------------------------------------------------------
 

@@ -32,6 +32,15 @@ from multikafka.core.model import (
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import Parts
 
+INTERNALS = (
+    "multikafka.coordinator.clusters.kafka",
+    "multikafka.coordinator.planning.entry",
+    "multikafka.coordinator.state.stream_status",
+    "multikafka.coordinator.translation",
+    "multikafka.coordinator.translation.failover",
+)
+
+
 A, B, C = "h:1", "h:2", "h:3"
 
 #: Record times of the new cluster's partitions: offset ``earliest + i`` has

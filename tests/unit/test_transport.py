@@ -16,6 +16,9 @@ from multikafka.core.exceptions import NotLeaderError
 from multikafka.core.transport import ConnectConfig, Coordinators
 from multikafka.v1 import admin_pb2, admin_pb2_grpc
 
+INTERNALS = ("multikafka.coordinator.api.rpc",)
+
+
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
 

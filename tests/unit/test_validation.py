@@ -29,6 +29,9 @@ from multikafka.core.validation import (
     validate_name,
 )
 
+INTERNALS = ("multikafka.core._secrets",)
+
+
 #: The example document of the README.
 README_DOC: dict[str, Any] = {
     "name": "orders",

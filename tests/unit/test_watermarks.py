@@ -13,11 +13,18 @@ import pytest
 from multikafka.coordinator.clusters.discovery import ClusterClient
 from multikafka.coordinator.planning import watermarks as watermarks_module
 from multikafka.coordinator.planning.watermarks import Watermarks
+from multikafka.core._offsets import EMPTY, SplitOffsets, as_offsets
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.offsets import EMPTY, SplitOffsets, as_offsets
 from multikafka.devstack.stack import stream_doc
 from tests.fakes import FakeCluster, Parts
 from tests.helpers import eventually_async
+
+INTERNALS = (
+    "multikafka.coordinator.clusters.discovery",
+    "multikafka.coordinator.planning.watermarks",
+    "multikafka.core._offsets",
+)
+
 
 A = "h:1"
 

@@ -35,17 +35,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from multikafka.core import offsets as ov
-from multikafka.core.admission import DEFAULT_MAX_DELAY_S
+from multikafka.core import _offsets as ov
+from multikafka.core._admission import DEFAULT_MAX_DELAY_S
+from multikafka.core._positions import offsets_position, with_split_times
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.planner_client import PlannerClient
-from multikafka.core.positions import offsets_position, with_split_times
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent import ReaderAgent, get_agent
-from multikafka.reader_agent.options import ReadOptions, Vocabulary
-from multikafka.reader_agent.overrides import check_overrides
-from multikafka.reader_agent.payloads import PayloadDecoding
-from multikafka.reader_agent.plan import read_tasks, task_options, tasks_from_plan
+from multikafka.reader_agent._options import ReadOptions, Vocabulary
+from multikafka.reader_agent._overrides import check_overrides
+from multikafka.reader_agent._payloads import PayloadDecoding
+from multikafka.reader_agent._plan import read_tasks, task_options, tasks_from_plan
 from multikafka.v1 import planner_pb2
 
 logger = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class Reader:
     for mutual TLS (PEM files).
 
     The arguments become :attr:`options`, a
-    :class:`~multikafka.reader_agent.options.ReadOptions`: the model the Spark
+    :class:`~multikafka.reader_agent._options.ReadOptions`: the model the Spark
     source's options map onto too, checked in this reader's words
     (:data:`NAMES`).
     """

@@ -10,7 +10,7 @@ works in any new session, classic or Spark Connect, with no import and no
 source explicitly, with the session's parallelism.
 """
 
-from multikafka.spark.source import MultiKafkaDataSource
+from multikafka.spark import MultiKafkaDataSource
 
 #: What PySpark registers: the source itself (its name is ``multikafka``).
 DefaultSource = MultiKafkaDataSource

@@ -4,7 +4,7 @@ process frozen by SIGSTOP), the process tree with command lines, and the
 machine's CPU model, memory and ephemeral port range.
 
 The dev stack, the tests and the benchmarks read ``/proc`` only through
-here. (The reader agent's own start time, ``reader_agent.startup``, reads it
+here. (The reader agent's own start time, ``reader_agent._startup``, reads it
 itself: the product may not import the dev stack.)
 """
 

@@ -24,7 +24,7 @@ MALFORMED_MODES = ("DROPMALFORMED", "PERMISSIVE", "FAILFAST")
 #: (``multikafka.coordinator.translation.failover``).
 TRANSLATION_RESULTS = ("matched", "partial", "estimate", "exact")
 
-#: The converters an agent reports (``multikafka.reader_agent.arrow``).
+#: The converters an agent reports (``multikafka.reader_agent._arrow``).
 CONVERTERS = ("c-direct", "c-accessors", "python")
 
 

@@ -4,7 +4,7 @@ Stream metadata carries client settings such as ``sasl.password``. They reach
 the clients that need them, and nothing else: ``repr``/``str`` redact them,
 admin responses redact them, logs never see them (FLINK-37304 is the bug this
 avoids). Better still, a secret is not held at all: a value that is only
-a ConfigProvider reference (:mod:`multikafka.core.references`) holds no
+a ConfigProvider reference (:mod:`multikafka.core._references`) holds no
 secret, so it is shown as it is and may go to any reader.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 
-from multikafka.core.references import is_reference
+from multikafka.core._references import is_reference
 
 #: What a secret value is replaced with in every output.
 REDACTED = "<redacted>"

@@ -1,7 +1,7 @@
 """Errors raised by multikafka. Every one derives from :class:`MultikafkaError`.
 
 Each error class names the gRPC status it maps to (``grpc_code``); the mapping
-both ways lives in :mod:`multikafka.core.grpc_codes`.
+both ways lives in :mod:`multikafka.core._grpc_codes`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Logging for the CLI (the library never installs handlers)."""
+"""Logging for the CLI (the library never installs handlers), and the
+loggers' names (:func:`logger_of`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,14 @@ from multikafka.core import env
 
 #: ``extra`` fields printed after the message when a record carries them.
 CONTEXT_FIELDS = ("stream", "cluster", "generation", "kind", "split", "agent", "error", "address")
+
+
+def logger_of(module: str) -> logging.Logger:
+    """The logger of ``module`` (its ``__name__``), named by its public path:
+    ``multikafka.reader_agent._agent`` logs as ``multikafka.reader_agent.agent``,
+    so log lines and logging configuration stay the same whichever modules
+    are internal."""
+    return logging.getLogger(module.replace("._", "."))
 
 
 class ContextFormatter(logging.Formatter):

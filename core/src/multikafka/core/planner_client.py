@@ -11,8 +11,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from multikafka.core import offsets as ov
-from multikafka.core import ranges
+from multikafka.core import _offsets as ov
+from multikafka.core import _ranges as ranges
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.model import Connection

@@ -9,7 +9,7 @@ planner client, the reader agents' link) connects through :class:`Coordinators`.
   Spark task), client certificates (mutual TLS), the bearer token on every
   call, keepalive, and gRPC's own retry policy for brief outages.
 * A call made once per micro-batch goes over a stream kept open
-  (:meth:`Coordinators.exchange`, :mod:`multikafka.core.exchange`).
+  (:meth:`Coordinators.exchange`, :mod:`multikafka.core._exchange`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import grpc
 
 from multikafka.core import env
+from multikafka.core._exchange import Exchange
+from multikafka.core._grpc_codes import from_rpc_error, leader_of
 from multikafka.core.exceptions import ValidationError, shown
-from multikafka.core.exchange import Exchange
-from multikafka.core.grpc_codes import from_rpc_error, leader_of
 from multikafka.core.retry import Backoff, retry
 
 logger = logging.getLogger(__name__)

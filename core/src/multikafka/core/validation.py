@@ -14,9 +14,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from multikafka.core._kafka_config import ISOLATION_LEVELS
+from multikafka.core._references import check_references
 from multikafka.core._secrets import Properties
 from multikafka.core.exceptions import ValidationError, shown
-from multikafka.core.kafka_config import ISOLATION_LEVELS
 from multikafka.core.mm2 import Mm2Mirror, ReplicationPolicy, SyncsLocation, mirror_topic_problems
 from multikafka.core.model import (
     DEFAULT_MARGIN_MS,
@@ -30,7 +31,6 @@ from multikafka.core.model import (
     StoppingPosition,
     StreamSpec,
 )
-from multikafka.core.references import check_references
 
 _E = TypeVar("_E", bound=enum.Enum)
 

@@ -118,7 +118,7 @@ class RangeColumns(_message.Message):
     [from_offsets[i], until_offsets[i]) of partition partitions[i] of
     (clusters[groups[i]], topics[groups[i]]). In a plan, task j reads the next
     task_ranges[j] ranges; elsewhere task_ranges is empty. The one form a range
-    travels in (multikafka.core.ranges reads and writes it).
+    travels in (multikafka.core._ranges reads and writes it).
     """
 
     DESCRIPTOR: _descriptor.Descriptor

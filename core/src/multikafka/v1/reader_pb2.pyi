@@ -327,7 +327,7 @@ class ReadMark(_message.Message):
     def fingerprint_times(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Fingerprints of the last records read of the range (at most a few),
         oldest first, the last one last_offset's: record time and BLAKE2b-64 of
-        key and value (multikafka.core.fingerprint). A mirror's copy of the
+        key and value (multikafka.core._fingerprint). A mirror's copy of the
         record is found by them.
         """
 

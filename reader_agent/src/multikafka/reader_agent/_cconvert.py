@@ -1,6 +1,6 @@
 """The compiled converter (``_convert.c``): loading it, checking
 it reads confluent-kafka's ``Message`` right, and wrapping its buffers as
-Arrow arrays. :mod:`multikafka.reader_agent.arrow` decides when to use it.
+Arrow arrays. :mod:`multikafka.reader_agent._arrow` decides when to use it.
 
 The extension is optional (``setup.py``: a failed build is skipped). It reads
 a message either straight from confluent-kafka's C struct (``direct``: a few

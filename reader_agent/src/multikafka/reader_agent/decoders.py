@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-import multikafka.reader_agent.spark_ddl as spark_ddl
+import multikafka.reader_agent._spark_ddl as spark_ddl
 from multikafka.core.exceptions import ValidationError
 
 

@@ -22,8 +22,8 @@ from multikafka.coordinator.agents.task_slots import TaskSlots
 from multikafka.coordinator.metrics import MALFORMED_MODES, Metrics
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.translation import Abandonments, ReadMark, ReadMarks
+from multikafka.core._ranges import SplitRange
 from multikafka.core.exceptions import NotFoundError, PermissionDeniedError, shown
-from multikafka.core.ranges import SplitRange
 from multikafka.v1 import reader_pb2
 
 __all__ = ["AgentLink", "Beat"]

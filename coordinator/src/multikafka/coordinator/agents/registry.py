@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 from multikafka.coordinator.access import Caller, Rights, Role
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
+from multikafka.core._recent import Recent
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.recent import Recent
 from multikafka.v1 import reader_pb2
 
 logger = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from multikafka.coordinator.api.rpc import unary
 from multikafka.coordinator.operations.replica_status import ServingReplica
 from multikafka.coordinator.operations.reports import Reports, StreamReport
 from multikafka.coordinator.operations.streams import StreamOperations
+from multikafka.core._references import references_in
 from multikafka.core.exceptions import PermissionDeniedError, ValidationError, shown
 from multikafka.core.model import DEFAULT_MARGIN_MS, STRATEGY_NAMES, FailoverStrategy, StreamSpec
-from multikafka.core.references import references_in
 from multikafka.core.validation import MAX_DOCUMENT_BYTES, parse_stream_json, validate_name
 from multikafka.v1 import admin_pb2, admin_pb2_grpc
 

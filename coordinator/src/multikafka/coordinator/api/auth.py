@@ -32,8 +32,8 @@ import grpc
 from multikafka.coordinator.access import AccessControl, Caller, Identity, Role, audit
 from multikafka.coordinator.access.caller import OPEN, done, serving
 from multikafka.coordinator.api.rpc import handler_like
+from multikafka.core._grpc_codes import clip
 from multikafka.core.exceptions import AuthenticationError, UnavailableError, shown
-from multikafka.core.grpc_codes import clip
 
 PREFIX = "/multikafka.v1."
 ADMIN = "/multikafka.v1.Admin/"

@@ -21,10 +21,10 @@ from multikafka.coordinator.api.vectors import RecentVectors
 from multikafka.coordinator.planning.batches import MicroBatches
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.stream_status import StreamView
-from multikafka.core import offsets as ov
-from multikafka.core import ranges
+from multikafka.core import _offsets as ov
+from multikafka.core import _ranges as ranges
+from multikafka.core._kafka_config import ISOLATION_LEVELS
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.kafka_config import ISOLATION_LEVELS
 from multikafka.core.model import Connection
 from multikafka.core.validation import validate_id, validate_name
 from multikafka.v1 import common_pb2, planner_pb2, planner_pb2_grpc

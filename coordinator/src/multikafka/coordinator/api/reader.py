@@ -31,10 +31,11 @@ from multikafka.coordinator.agents.task_slots import MAX_TASK_SLOTS
 from multikafka.coordinator.api.rpc import safe_deserializer, streaming, unary
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.translation import ReadMark
-from multikafka.core import fingerprint, ranges
+from multikafka.core import _fingerprint as fingerprint
+from multikafka.core import _ranges as ranges
+from multikafka.core._ranges import SplitRange
 from multikafka.core.exceptions import NotLeaderError, ValidationError, shown
 from multikafka.core.model import SplitId
-from multikafka.core.ranges import SplitRange
 from multikafka.core.validation import validate_id, validate_name
 from multikafka.v1 import reader_pb2, reader_pb2_grpc
 

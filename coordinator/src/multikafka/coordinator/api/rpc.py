@@ -20,8 +20,8 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from multikafka.core._grpc_codes import LEADER_KEY, clip, to_grpc_code
 from multikafka.core.exceptions import MultikafkaError, NotLeaderError
-from multikafka.core.grpc_codes import LEADER_KEY, clip, to_grpc_code
 
 logger = logging.getLogger(__name__)
 

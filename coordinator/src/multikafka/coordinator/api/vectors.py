@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from multikafka.core import offsets as ov
-from multikafka.core.offsets import SplitOffsets
+from multikafka.core import _offsets as ov
+from multikafka.core._offsets import SplitOffsets
 from multikafka.v1 import planner_pb2
 
 __all__ = ["RecentVectors"]
@@ -43,7 +43,7 @@ class RecentVectors:
         self.misses = 0
 
     def decode(self, query_id: str, msg: planner_pb2.OffsetColumns, field: str) -> SplitOffsets:
-        """:func:`~multikafka.core.offsets.from_columns` of ``msg``, from
+        """:func:`~multikafka.core._offsets.from_columns` of ``msg``, from
         here when the query exchanged the same vector lately."""
         if not len(msg.partitions) and not len(msg.clusters):
             return ov.from_columns(msg, field)
@@ -62,7 +62,7 @@ class RecentVectors:
         return value
 
     def encode(self, query_id: str, value: SplitOffsets) -> planner_pb2.OffsetColumns:
-        """:func:`~multikafka.core.offsets.to_columns` of ``value``, kept as
+        """:func:`~multikafka.core._offsets.to_columns` of ``value``, kept as
         the vector the query will likely send next."""
         msg = ov.to_columns(value)
         # Kept only if it would decode: the same check as from_columns's.

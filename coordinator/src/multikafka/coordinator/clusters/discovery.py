@@ -31,12 +31,12 @@ from multikafka.coordinator.clusters.kafka import (
 )
 from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.state.stream_status import StreamView
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
+from multikafka.core._offsets import Splits
+from multikafka.core._references import ReferenceError
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import ServesStreams
 from multikafka.core.model import ClusterSpec, ClusterState, Connection, SplitId
-from multikafka.core.offsets import Splits
-from multikafka.core.references import ReferenceError
 
 logger = logging.getLogger(__name__)
 

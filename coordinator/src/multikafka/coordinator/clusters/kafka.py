@@ -39,13 +39,13 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
-from multikafka.core.exceptions import UnavailableError
-from multikafka.core.kafka_config import (
+from multikafka.core._kafka_config import (
     READ_COMMITTED,
     READER_DEFAULTS,
     READER_GROUP_ID,
     client_config,
 )
+from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import ClientLog, repeat_interval_s
 from multikafka.core.model import Connection
 

@@ -30,7 +30,8 @@ from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.queries import QueryStore
 from multikafka.coordinator.state.stream_status import FailoverRecord, StreamStatus, StreamView
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
+from multikafka.core._offsets import clusters_of
 from multikafka.core.exceptions import (
     MultikafkaError,
     NotFoundError,
@@ -39,7 +40,6 @@ from multikafka.core.exceptions import (
     ValidationError,
 )
 from multikafka.core.model import DEFAULT_MARGIN_MS, ClusterState, FailoverStrategy, StreamSpec
-from multikafka.core.offsets import clusters_of
 
 logger = logging.getLogger(__name__)
 

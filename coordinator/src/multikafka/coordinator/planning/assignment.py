@@ -23,7 +23,7 @@ its tasks by the Kafka partitions:
   as Spark's Kafka source plans), small ones share tasks.
 
 :func:`cut_ranges` works on arrays (a micro-batch may have 100,000 ranges);
-:func:`plan_tasks` is the same on :class:`~multikafka.core.ranges.SplitRange` tuples. Tasks come in the
+:func:`plan_tasks` is the same on :class:`~multikafka.core._ranges.SplitRange` tuples. Tasks come in the
 order of their ranges, pieces of a range in offset order: deterministic.
 """
 
@@ -35,8 +35,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from multikafka.core.offsets import I64
-from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK, SplitRange
+from multikafka.core._offsets import I64
+from multikafka.core._ranges import DEFAULT_MAX_RECORDS_PER_TASK, SplitRange
 
 #: Without Spark's parallelism, no task gets fewer records than this when
 #: pieces can be grouped: a Python task's fixed cost (about 20 ms) stays

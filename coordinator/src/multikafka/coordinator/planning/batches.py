@@ -10,7 +10,7 @@ service, one method per call of the Spark source's driver.
 * :meth:`MicroBatches.commit`: the query's progress (and a consumer group's
   offsets, when asked).
 
-Vectors are :class:`~multikafka.core.offsets.SplitOffsets` columns and tasks
+Vectors are :class:`~multikafka.core._offsets.SplitOffsets` columns and tasks
 are arrays: a stream of 100,000 splits costs a few numpy operations per call.
 """
 
@@ -43,10 +43,10 @@ from multikafka.coordinator.state.history import History
 from multikafka.coordinator.state.queries import QueryStore
 from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.coordinator.translation import Abandonments
+from multikafka.core._offsets import I64, SplitOffsets
+from multikafka.core._ranges import DEFAULT_MAX_RECORDS_PER_TASK
 from multikafka.core.exceptions import PreconditionError, UnavailableError
 from multikafka.core.model import Connection
-from multikafka.core.offsets import I64, SplitOffsets
-from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK
 from multikafka.v1 import planner_pb2
 
 __all__ = ["MicroBatches", "TaskPlan"]

@@ -36,9 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from multikafka.core.exceptions import DataLossError
-from multikafka.core.model import ClusterState, SplitId
-from multikafka.core.offsets import (
+from multikafka.core._offsets import (
     EMPTY,
     EMPTY_SPLITS,
     I64,
@@ -46,6 +44,8 @@ from multikafka.core.offsets import (
     Splits,
     as_offsets,
 )
+from multikafka.core.exceptions import DataLossError
+from multikafka.core.model import ClusterState, SplitId
 
 #: Why a split left the vector, by code (0: it did not).
 RETIRED = (

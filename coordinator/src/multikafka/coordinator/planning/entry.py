@@ -24,9 +24,9 @@ from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.planning.end_vector import ClusterSnapshot, new_split_set
 from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.coordinator.translation import FailoverTranslator, Translation
+from multikafka.core._offsets import SplitOffsets
 from multikafka.core.exceptions import DataLossError
 from multikafka.core.model import SplitId, StartingPosition, StartKind
-from multikafka.core.offsets import SplitOffsets
 
 
 @dataclass

@@ -14,10 +14,10 @@ import numpy as np
 from multikafka.coordinator.clusters.discovery import ClusterClient, Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.state.stream_status import StreamView
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
+from multikafka.core._kafka_config import reads_committed
+from multikafka.core._offsets import SplitOffsets, Splits
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.kafka_config import reads_committed
-from multikafka.core.offsets import SplitOffsets, Splits
 
 __all__ = ["lookup", "lookup_all"]
 

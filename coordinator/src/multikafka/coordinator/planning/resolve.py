@@ -22,9 +22,9 @@ from multikafka.coordinator.planning.lookups import lookup, lookup_all
 from multikafka.coordinator.planning.notes import SHOWN_SPLITS
 from multikafka.coordinator.planning.stopping import stops_of_clusters
 from multikafka.coordinator.state.stream_status import StreamView
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
+from multikafka.core._offsets import SplitOffsets, Splits
 from multikafka.core.exceptions import PreconditionError, UnavailableError, ValidationError, shown
-from multikafka.core.offsets import SplitOffsets, Splits
 from multikafka.v1 import planner_pb2
 
 __all__ = ["resolve_position"]

@@ -17,10 +17,10 @@ from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.planning.end_vector import ClusterSnapshot
 from multikafka.coordinator.planning.watermarks import ClusterEnds, Watermarks
 from multikafka.coordinator.state.stream_status import StreamView
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
+from multikafka.core._kafka_config import reads_committed
+from multikafka.core._offsets import SplitOffsets, Splits
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.kafka_config import reads_committed
-from multikafka.core.offsets import SplitOffsets, Splits
 
 __all__ = ["snapshots_of"]
 

@@ -55,9 +55,9 @@ from multikafka.coordinator.clusters.kafka import OffsetQuery
 from multikafka.coordinator.planning.lookups import lookup
 from multikafka.coordinator.planning.stopping import stop_offsets
 from multikafka.coordinator.state.stream_status import StreamView
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
+from multikafka.core._offsets import SplitOffsets, Splits
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.offsets import SplitOffsets, Splits
 
 __all__ = ["DEFAULT_MAX_AGE_S", "ClusterEnds", "Watermarks"]
 

@@ -38,7 +38,7 @@ from multikafka.coordinator.runtime.services import SERVICE_NAMES, start_grpc_se
 from multikafka.coordinator.state.etcd import Etcd, Fence, FencedEtcd
 from multikafka.coordinator.state.leases import LeaseRenewals
 from multikafka.coordinator.state.metadata import MetadataStore
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
 from multikafka.core.exceptions import LeaderStartingError, NotLeaderError, UnavailableError
 from multikafka.core.retry import Backoff, retry_async
 

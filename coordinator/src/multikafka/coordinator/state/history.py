@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.coordinator.state.per_stream import ChangedStreams
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from multikafka.coordinator.state.etcd import (
     prefix_end,
 )
 from multikafka.coordinator.state.stream_status import StreamStatus, StreamView
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
 from multikafka.core.exceptions import NotFoundError, UnavailableError, ValidationError
 from multikafka.core.model import StreamSpec
 from multikafka.core.retry import Backoff, retry_async

@@ -4,7 +4,7 @@ positions each query really read to on splits whose ranges were abandoned
 (failover translation starts from those, never from further on).
 
 The offsets are stored in their compact document form
-(:func:`multikafka.core.offsets.to_document`), and a value above
+(:func:`multikafka.core._offsets.to_document`), and a value above
 :data:`COMPRESS_ABOVE` bytes is stored zlib-compressed: a query over 100,000
 splits commits about 1 MB of JSON every batch, and etcd refuses requests
 over 1.5 MiB. Values of earlier versions (flat offsets, plain JSON) are read.
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.coordinator.state.per_stream import ChangedStreams
-from multikafka.core import offsets as ov
-from multikafka.core.background import BackgroundTasks
+from multikafka.core import _offsets as ov
+from multikafka.core._background import BackgroundTasks
+from multikafka.core._offsets import SplitOffsets
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.offsets import SplitOffsets
 
 logger = logging.getLogger(__name__)
 

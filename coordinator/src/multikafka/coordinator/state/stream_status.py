@@ -6,7 +6,7 @@ decided while carrying it out. Both are needed to plan a query's next batch.
 
 Drain offsets are kept in columns (a drained cluster may hold 10,000 splits,
 and every batch plans against them) and stored in the compact document form
-of :mod:`multikafka.core.offsets`; the flat form of earlier versions is read.
+of :mod:`multikafka.core._offsets`; the flat form of earlier versions is read.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import DEFAULT_MARGIN_MS, FailoverStrategy, StreamSpec
 

@@ -57,12 +57,12 @@ from multikafka.coordinator.state.stream_status import FailoverRecord, StreamVie
 from multikafka.coordinator.translation.marks import Mark, ReadMarks
 from multikafka.coordinator.translation.matching import Found, Matcher
 from multikafka.coordinator.translation.mm2.tracker import MirrorSyncs
+from multikafka.core._fingerprint import TRAILING, Fingerprint, fingerprint
+from multikafka.core._kafka_config import reads_committed
+from multikafka.core._offsets import clusters_of
 from multikafka.core.exceptions import UnavailableError
-from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
-from multikafka.core.kafka_config import reads_committed
 from multikafka.core.mm2_records import Checkpoint
 from multikafka.core.model import DEFAULT_MARGIN_MS, ClusterState, FailoverStrategy, SplitId
-from multikafka.core.offsets import clusters_of
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ which a mirror's copy can be found by.
 
 A range read to its end without a record (a transaction's markers) moves
 the ``next`` of the mark before it on (:meth:`ReadMarks.passed`); a mark
-with fewer fingerprints than :data:`~multikafka.core.fingerprint.TRAILING`
+with fewer fingerprints than :data:`~multikafka.core._fingerprint.TRAILING`
 (a short range) takes the rest from the mark of the range before it.
 """
 
@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 from multikafka.coordinator.state.etcd import MALFORMED, EtcdClient
 from multikafka.coordinator.state.per_stream import ChangedStreams
-from multikafka.core.background import BackgroundTasks
-from multikafka.core.fingerprint import TRAILING, Fingerprint, decode, encode
+from multikafka.core._background import BackgroundTasks
+from multikafka.core._fingerprint import TRAILING, Fingerprint, decode, encode
 
 logger = logging.getLogger(__name__)
 

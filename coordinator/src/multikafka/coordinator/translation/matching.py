@@ -1,5 +1,5 @@
 """Finding a mirror's copy of the last records a query read, by their
-fingerprints (:mod:`multikafka.core.fingerprint`): pure logic, fed a mirror
+fingerprints (:mod:`multikafka.core._fingerprint`): pure logic, fed a mirror
 partition's records in offset order by whoever reads them.
 
 The target is a *run*: the fingerprints of the last few records read,
@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from multikafka.core.fingerprint import Fingerprint
+from multikafka.core._fingerprint import Fingerprint
 
 __all__ = ["Found", "Matcher"]
 

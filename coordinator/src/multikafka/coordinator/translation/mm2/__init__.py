@@ -5,7 +5,8 @@ is in :mod:`multikafka.core.mm2`, its records (``OffsetSync``,
 beside it: the dev stack writes them too. Both are re-exported here.
 
 * :mod:`.syncs`: the syncs kept per partition and the translation rule;
-* :mod:`.tracker`: the leader's tail of every mirror's offset syncs.
+* :mod:`.tracker`: the leader's tail of every mirror's offset syncs;
+* :mod:`.bound`: how many records a translation reads again at most.
 """
 
 from multikafka.coordinator.translation.mm2.syncs import MAX_SYNCS, SyncStore

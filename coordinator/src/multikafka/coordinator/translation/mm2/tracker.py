@@ -46,7 +46,7 @@ from multikafka.coordinator.state.metadata import MetadataStore
 from multikafka.coordinator.state.per_stream import ChangedStreams
 from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.coordinator.translation.mm2.syncs import SyncStore
-from multikafka.core.background import BackgroundTasks
+from multikafka.core._background import BackgroundTasks
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.mm2 import Mm2Mirror, ReplicationPolicy, SyncsLocation
 from multikafka.core.mm2_records import Checkpoint, OffsetSync

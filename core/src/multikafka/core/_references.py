@@ -12,7 +12,7 @@ coordinator's pod for its own clients, the executor for a reader's):
 A value may be a reference alone (``${file:/etc/kafka/east.properties:sasl.password}``)
 or text around references (a ``sasl.jaas.config`` naming two). The stream
 document, etcd, the wire and every log keep the reference; only
-:func:`resolve_properties` (called by :func:`multikafka.core.kafka_config.client_config`
+:func:`resolve_properties` (called by :func:`multikafka.core._kafka_config.client_config`
 as a client is made) sees values, and hands them straight to librdkafka. A
 reference that cannot be resolved is a :class:`ReferenceError` naming the
 cluster, the property and the reference, never a partial connection.

@@ -1,6 +1,6 @@
 """What a query asks of reading, in one model for both faces.
 
-The Spark source's options (``multikafka.spark.options``: ``startingOffsets``,
+The Spark source's options (``multikafka.spark._options``: ``startingOffsets``,
 ``maxOffsetsPerTrigger``, ...) and the standalone reader's arguments
 (``multikafka.Reader``: ``starting_offsets``, ``max_records_per_batch``, ...)
 are two spellings of the same settings. Each face turns what its user wrote
@@ -10,8 +10,8 @@ left in a face is reading its own input: Spark's option strings, durations
 and booleans; the Reader's Python values and its resumable positions.
 
 It lives in the reader agent's layer, the lowest that holds what it carries
-(:class:`~multikafka.reader_agent.payloads.PayloadDecoding`,
-:class:`~multikafka.reader_agent.overrides.Overrides`); both faces sit above
+(:class:`~multikafka.reader_agent._payloads.PayloadDecoding`,
+:class:`~multikafka.reader_agent._overrides.Overrides`); both faces sit above
 it and never import each other. It pickles (Spark ships the stream reader,
 options included, to its Python workers), and its ``repr`` never shows the
 ``kafka`` settings' values.
@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 
 from multikafka.core import env
-from multikafka.core.admission import DEFAULT_MAX_DELAY_S, MinRecordsGate
+from multikafka.core._admission import DEFAULT_MAX_DELAY_S, MinRecordsGate
+from multikafka.core._ranges import DEFAULT_MAX_RECORDS_PER_TASK
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK
 from multikafka.core.transport import ConnectConfig
-from multikafka.reader_agent.overrides import Overrides
-from multikafka.reader_agent.payloads import PayloadDecoding
+from multikafka.reader_agent._overrides import Overrides
+from multikafka.reader_agent._payloads import PayloadDecoding
 from multikafka.v1 import planner_pb2
 
 Position = planner_pb2.Position
@@ -125,7 +125,7 @@ class ReadOptions:
     #: How keys and values are decoded (formats, schemas, mode).
     decoding: PayloadDecoding = field(default_factory=PayloadDecoding)
     #: librdkafka settings of the query's reader consumers on every cluster,
-    #: checked (:func:`~multikafka.reader_agent.overrides.check_overrides`);
+    #: checked (:func:`~multikafka.reader_agent._overrides.check_overrides`);
     #: values never shown.
     kafka: Overrides = field(default_factory=Overrides, repr=False)
     #: How the face that makes these options names their fields in errors.

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from multikafka.core.planner_client import Plan, PlannerClient, TaskOptions
 from multikafka.core.transport import ConnectConfig
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.task import ReadTask
+from multikafka.reader_agent._options import ReadOptions
+from multikafka.reader_agent._task import ReadTask
 
 
 def task_options(options: ReadOptions) -> TaskOptions:

@@ -1,7 +1,7 @@
 """Reading exact Kafka offset ranges of one cluster: :class:`KafkaRangeConsumer`,
 one reused confluent-kafka ``Consumer`` that ``assign``s exact ranges,
 ``consume``s in large batches and hands them to
-:func:`multikafka.reader_agent.arrow.convert`. It never subscribes or joins a
+:func:`multikafka.reader_agent._arrow.convert`. It never subscribes or joins a
 group. :class:`RangeConsumer` is the protocol the agent's fakes implement too.
 """
 
@@ -20,16 +20,17 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-import multikafka.reader_agent.arrow as arrow
+import multikafka.reader_agent._arrow as arrow
+from multikafka.core._fingerprint import TRAILING, Fingerprint, fingerprint
+from multikafka.core._kafka_config import READER_DEFAULTS, READER_GROUP_ID, client_config
+from multikafka.core._ranges import SplitRange
 from multikafka.core.exceptions import DataLossError, UnavailableError
-from multikafka.core.fingerprint import TRAILING, Fingerprint, fingerprint
-from multikafka.core.kafka_config import READER_DEFAULTS, READER_GROUP_ID, client_config
 from multikafka.core.kafka_log import ClientLog, repeat_interval_s
+from multikafka.core.logs import logger_of
 from multikafka.core.model import Connection
-from multikafka.core.ranges import SplitRange
-from multikafka.reader_agent.arrow import Columns
+from multikafka.reader_agent._arrow import Columns
 
-logger = logging.getLogger(__name__)
+logger = logger_of(__name__)
 
 
 @dataclass(frozen=True)

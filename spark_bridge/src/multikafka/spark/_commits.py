@@ -11,16 +11,16 @@ Only the latest commit matters (each covers the ones before).
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
 
-from multikafka.core.offsets import SplitOffsets
+from multikafka.core._offsets import SplitOffsets
+from multikafka.core.logs import logger_of
 
 __all__ = ["COMMIT_AFTER_S", "PendingCommit"]
 
-logger = logging.getLogger(__name__)
+logger = logger_of(__name__)
 
 #: Seconds a commit waits for the next latestOffset before it is sent by itself.
 COMMIT_AFTER_S = 1.0

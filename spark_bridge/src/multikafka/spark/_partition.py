@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pyspark.sql.datasource import InputPartition
 
-from multikafka.reader_agent.task import ReadTask
+from multikafka.reader_agent._task import ReadTask
 
 
 class MultiKafkaPartition(InputPartition):
-    """One planned task (:func:`multikafka.reader_agent.plan.tasks_from_plan`) as Spark's
+    """One planned task (:func:`multikafka.reader_agent._plan.tasks_from_plan`) as Spark's
     input partition."""
 
     def __init__(self, task: ReadTask) -> None:

@@ -26,8 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import multikafka.reader_agent.arrow as arrow
-import multikafka.reader_agent.spark_ddl as spark_ddl
+import multikafka.reader_agent._arrow as arrow
+import multikafka.reader_agent._spark_ddl as spark_ddl
 from multikafka.core.exceptions import MalformedRecordError, ValidationError
 from multikafka.reader_agent.decoders import Decoded, Decoder, make_decoder
 
@@ -139,7 +139,7 @@ class PayloadDecoding:
     def apply(
         self, batch: pa.RecordBatch, *, stream: str, counts: MalformedCounts | None = None
     ) -> pa.RecordBatch:
-        """``batch`` (a read's raw batch, see :func:`multikafka.reader_agent.arrow.record_batch`)
+        """``batch`` (a read's raw batch, see :func:`multikafka.reader_agent._arrow.record_batch`)
         with its keys and values decoded, as :attr:`mode` says. Other columns
         are kept as they are."""
         if self.is_raw:

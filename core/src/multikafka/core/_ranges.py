@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from multikafka.core._offsets import I64, check_name
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.offsets import I64, check_name
 from multikafka.v1 import common_pb2
 
 

@@ -1,7 +1,7 @@
 """The Arrow form of a read, in one place: the schema of Spark's Kafka source
 plus ``cluster``, its Spark DDL, and converting Kafka messages into it column
 by column (*conversion*, the converters; *decoding* is only what is done to
-payloads afterwards, :mod:`multikafka.reader_agent.payloads`).
+payloads afterwards, :mod:`multikafka.reader_agent._payloads`).
 
 PySpark's Python data source refuses a batch whose schema does not equal
 ``to_arrow_schema(<declared DDL>, timezone="UTC")``, so the DDL, the Arrow
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -31,9 +30,10 @@ from confluent_kafka import Message as KafkaMessage
 
 import multikafka.reader_agent._cconvert as _cconvert
 from multikafka.core import env
+from multikafka.core.logs import logger_of
 from multikafka.reader_agent._cconvert import CompiledConverter
 
-logger = logging.getLogger(__name__)
+logger = logger_of(__name__)
 
 #: Spark's Kafka source types of ``timestamp`` and ``headers``.
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from multikafka.core._references import resolve_properties
 from multikafka.core.model import Connection
-from multikafka.core.references import resolve_properties
 
 #: Group id of reader consumers: librdkafka needs one, we never join or commit with it.
 READER_GROUP_ID = "multikafka-reader"
@@ -55,7 +55,7 @@ def reads_committed(properties: Mapping[str, str], override: str = "") -> bool:
 def client_config(connection: Connection, defaults: Mapping[str, str]) -> ClientConfig:
     """librdkafka settings for ``connection``: our defaults, then the stream's
     properties (which win; ConfigProvider references resolved here, where
-    the client runs: :mod:`multikafka.core.references`), then the bootstrap
+    the client runs: :mod:`multikafka.core._references`), then the bootstrap
     servers. Never log the result."""
     config: ClientConfig = dict(defaults)
     config.update(

@@ -1,5 +1,5 @@
 """Options of the ``multikafka`` source, named like Spark's own Kafka source,
-read into the :class:`~multikafka.reader_agent.options.ReadOptions` every
+read into the :class:`~multikafka.reader_agent._options.ReadOptions` every
 face of multikafka reads with (:func:`parse_options`).
 
 What is Spark's own is done here: option names matched lower-cased, unknown
@@ -16,13 +16,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from multikafka.core.admission import DEFAULT_MAX_DELAY_S
+from multikafka.core._admission import DEFAULT_MAX_DELAY_S
+from multikafka.core._positions import offsets_position, with_split_times
+from multikafka.core._ranges import DEFAULT_MAX_RECORDS_PER_TASK
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.positions import offsets_position, with_split_times
-from multikafka.core.ranges import DEFAULT_MAX_RECORDS_PER_TASK
-from multikafka.reader_agent.options import ReadOptions, Vocabulary
-from multikafka.reader_agent.overrides import check_overrides
-from multikafka.reader_agent.payloads import PayloadDecoding
+from multikafka.reader_agent._options import ReadOptions, Vocabulary
+from multikafka.reader_agent._overrides import check_overrides
+from multikafka.reader_agent._payloads import PayloadDecoding
 from multikafka.v1 import planner_pb2
 
 Position = planner_pb2.Position
@@ -109,7 +109,7 @@ NAMES = Vocabulary(
     absent={
         "resume_at": "a Spark query resumes from its checkpoint (the offset log), not an option",
         "parallelism": "not an option: the executors report Spark's task slots "
-        "(multikafka.spark.slots); minPartitions asks for more tasks",
+        "(multikafka.spark._slots); minPartitions asks for more tasks",
     },
 )
 

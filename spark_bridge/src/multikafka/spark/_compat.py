@@ -5,7 +5,7 @@ read limits and ``SupportsTriggerAvailableNow``, in
 ``pyspark.sql.streaming.datasource``. Spark 4.0 and 4.1 call
 ``latestOffset()`` with no arguments and pass no limits, so the stream
 reader keeps track of each batch's start and applies the options' limits
-itself (:class:`multikafka.spark.source.MultiKafkaStreamReader`). On those
+itself (:class:`multikafka.spark._source.MultiKafkaStreamReader`). On those
 versions the names below are stand-ins that Spark never sees.
 """
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
 from multikafka.core.exceptions import ValidationError
 from multikafka.v1 import planner_pb2
 

@@ -10,7 +10,6 @@ executors, so a reader opens its gRPC channel lazily and drops it when pickled.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -26,16 +25,17 @@ from pyspark.sql.types import StructType
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-from multikafka.core import offsets as ov
-from multikafka.core.admission import MinRecordsGate
+from multikafka.core import _offsets as ov
+from multikafka.core._admission import MinRecordsGate
 from multikafka.core.exceptions import ValidationError
+from multikafka.core.logs import logger_of
 from multikafka.core.planner_client import Plan, PlannerClient
 from multikafka.core.transport import ConnectConfig
 from multikafka.reader_agent import get_agent
-from multikafka.reader_agent.options import ReadOptions
-from multikafka.reader_agent.plan import read_tasks, task_options, tasks_from_plan
-from multikafka.spark.commits import PendingCommit
-from multikafka.spark.compat import (
+from multikafka.reader_agent._options import ReadOptions
+from multikafka.reader_agent._plan import read_tasks, task_options, tasks_from_plan
+from multikafka.spark._commits import PendingCommit
+from multikafka.spark._compat import (
     SPARK_VERSION,
     ReadAllAvailable,
     ReadLimit,
@@ -43,12 +43,12 @@ from multikafka.spark.compat import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
-from multikafka.spark.options import NAMES, decoding_of, parse_options
-from multikafka.spark.partition import MultiKafkaPartition
-from multikafka.spark.slots import slots_of, task_slots
+from multikafka.spark._options import NAMES, decoding_of, parse_options
+from multikafka.spark._partition import MultiKafkaPartition
+from multikafka.spark._slots import slots_of, task_slots
 from multikafka.v1 import planner_pb2
 
-logger = logging.getLogger(__name__)
+logger = logger_of(__name__)
 
 
 class _Base:
@@ -101,7 +101,7 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
     started, the latest offsets) lives here.
 
     Spark 4.0 and 4.1 call ``latestOffset()`` without the batch's start
-    (:mod:`multikafka.spark.compat`). The next batch then starts where the
+    (:mod:`multikafka.spark._compat`). The next batch then starts where the
     last one Spark planned ends: Spark plans the last batch of its offset
     log again when a query restarts, before it asks for new offsets (what
     PySpark's own ``SimpleDataSourceStreamReader`` relies on too), and on
@@ -275,7 +275,7 @@ class MultiKafkaStreamReader(_Base, DataSourceStreamReader, SupportsTriggerAvail
         """Spark committed the batch ending at ``end``: the coordinator
         learns it with the next latestOffset (Spark calls it next, as a
         rule), or by itself if that does not come within a second
-        (:mod:`multikafka.spark.commits`), or when the query stops."""
+        (:mod:`multikafka.spark._commits`), or when the query stops."""
         self._commits.put(ov.parse(end, "end"))
 
     def _send_commit(self, end: ov.SplitOffsets) -> None:
@@ -307,7 +307,7 @@ class MultiKafkaDataSource(DataSource):
     #: Tasks the Spark session runs at once; the planner sizes micro-batches
     #: by it. Python workers cannot ask Spark, so :func:`register` sets it on
     #: the class it registers (0: unknown; the executors then tell the
-    #: coordinator, :mod:`multikafka.spark.slots`).
+    #: coordinator, :mod:`multikafka.spark._slots`).
     default_parallelism: int = 0
 
     @classmethod
@@ -381,7 +381,7 @@ def parallelism_of(spark: SparkSession) -> int:
 
     A classic session asks its SparkContext (``defaultParallelism``). A Spark
     Connect session has none, only the configuration, read by the rules of
-    :mod:`multikafka.spark.slots` (the ones an executor applies for the
+    :mod:`multikafka.spark._slots` (the ones an executor applies for the
     discovered source, except ``local[*]``: unknown)."""
     try:
         return int(spark.sparkContext.defaultParallelism)

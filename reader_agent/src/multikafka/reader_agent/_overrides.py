@@ -25,9 +25,9 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaException
 
+from multikafka.core._kafka_config import READER_DEFAULTS, READER_GROUP_ID
 from multikafka.core._secrets import REDACTED, Properties
 from multikafka.core.exceptions import ValidationError
-from multikafka.core.kafka_config import READER_DEFAULTS, READER_GROUP_ID
 from multikafka.core.model import Connection
 
 _CREDENTIALS = (

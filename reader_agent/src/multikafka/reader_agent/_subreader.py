@@ -8,18 +8,18 @@ task releases it.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from multikafka.core._recent import Recent
 from multikafka.core.kafka_log import ServesStreams
+from multikafka.core.logs import logger_of
 from multikafka.core.model import Connection
-from multikafka.core.recent import Recent
-from multikafka.reader_agent.overrides import Overrides, with_overrides
-from multikafka.reader_agent.range_consumer import KafkaRangeConsumer, RangeConsumer
+from multikafka.reader_agent._overrides import Overrides, with_overrides
+from multikafka.reader_agent._range_consumer import KafkaRangeConsumer, RangeConsumer
 
-logger = logging.getLogger(__name__)
+logger = logger_of(__name__)
 
 RangeConsumerFactory = Callable[[Connection], RangeConsumer]
 

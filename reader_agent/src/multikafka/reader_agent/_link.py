@@ -18,7 +18,6 @@ single-threaded call (no gRPC thread polls it for Python).
 from __future__ import annotations
 
 import collections
-import logging
 import os
 import socket
 import threading
@@ -28,13 +27,14 @@ from typing import Any
 
 import grpc
 
-import multikafka.reader_agent.arrow as arrow
-from multikafka.core.background import BackgroundThreads
+import multikafka.reader_agent._arrow as arrow
+from multikafka.core._background import BackgroundThreads
+from multikafka.core.logs import logger_of
 from multikafka.core.retry import Backoff, retry
 from multikafka.core.transport import ConnectConfig, Coordinators
 from multikafka.v1 import reader_pb2, reader_pb2_grpc
 
-logger = logging.getLogger(__name__)
+logger = logger_of(__name__)
 
 EventHandler = Callable[[reader_pb2.ReconcileEvent], None]
 

@@ -7,7 +7,7 @@ split, right for Spark's Kafka source, is wrong for us on small batches).
 Where the number comes from:
 
 * :func:`multikafka.spark.register` asks the session (:func:`parallelism_of`
-  in :mod:`multikafka.spark.source`, with these rules on Spark Connect);
+  in :mod:`multikafka.spark._source`, with these rules on Spark Connect);
 * the source PySpark discovers by itself cannot ask: its planning worker on
   the driver gets no Spark configuration. A task's local properties carry the
   session's, so the reader agent of the first micro-batch's tasks works it out

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from multikafka.core import offsets as ov
+from multikafka.core import _offsets as ov
 from multikafka.core.exceptions import ValidationError
 
 #: Spark's default ``maxTriggerDelay``: 15 minutes.

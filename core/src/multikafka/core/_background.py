@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from multikafka.core.logs import logger_of
+
+logger = logger_of(__name__)
 
 #: Pause before a loop that died of an unexpected error starts again.
 RESTART_AFTER_S = 1.0

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from multikafka.core._ranges import SplitRange
 from multikafka.core.model import Connection
-from multikafka.core.ranges import SplitRange
 from multikafka.core.transport import ConnectConfig
-from multikafka.reader_agent.overrides import Overrides
-from multikafka.reader_agent.payloads import PayloadDecoding
+from multikafka.reader_agent._overrides import Overrides
+from multikafka.reader_agent._payloads import PayloadDecoding
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ idle timeout are closed too (Spark has no executor-close hook).
 
 from __future__ import annotations
 
-import logging
 import os
 import queue
 import threading
@@ -22,16 +21,17 @@ from itertools import groupby
 
 import pyarrow as pa
 
-import multikafka.reader_agent.startup as startup
-from multikafka.core import ranges
-from multikafka.core.background import BackgroundThreads
-from multikafka.core.ranges import SplitRange
+import multikafka.reader_agent._startup as startup
+from multikafka.core import _ranges as ranges
+from multikafka.core._background import BackgroundThreads
+from multikafka.core._ranges import SplitRange
+from multikafka.core.logs import logger_of
 from multikafka.core.transport import ConnectConfig
-from multikafka.reader_agent.arrow import record_batch
-from multikafka.reader_agent.link import CoordinatorLink
-from multikafka.reader_agent.payloads import MalformedCounts
-from multikafka.reader_agent.range_consumer import ReadOutcome
-from multikafka.reader_agent.subreader import (
+from multikafka.reader_agent._arrow import record_batch
+from multikafka.reader_agent._link import CoordinatorLink
+from multikafka.reader_agent._payloads import MalformedCounts
+from multikafka.reader_agent._range_consumer import ReadOutcome
+from multikafka.reader_agent._subreader import (
     RangeConsumerFactory,
     Slot,
     SubReader,
@@ -39,10 +39,10 @@ from multikafka.reader_agent.subreader import (
     kafka_range_consumer,
     slot_of,
 )
-from multikafka.reader_agent.task import ReadTask
+from multikafka.reader_agent._task import ReadTask
 from multikafka.v1 import common_pb2, reader_pb2
 
-logger = logging.getLogger(__name__)
+logger = logger_of(__name__)
 
 #: Cluster states in which an agent keeps no sub-reader.
 _NOT_READ = {common_pb2.FAILED, common_pb2.STANDBY, common_pb2.REMOVED}
