@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# make test's pytest-xdist workers (the Spark tests all on one: tests/conftest.py).
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test test-spark-matrix lint layers typecheck protos check-protos unit integration bench bench-smoke dist spark-env clean
 
@@ -34,7 +36,7 @@ demo: $(STAMP)
 
 ## Everything CI runs: generated stubs current, lint, layers, types, unit + integration + e2e tests.
 test: $(STAMP) check-protos lint layers typecheck
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ## The Spark e2e tests on each supported PySpark (4.0-4.3), each in a venv of
 ## its own (.venv-spark/<version>); CI runs the oldest (make test has the newest).

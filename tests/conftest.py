@@ -19,6 +19,7 @@ import os
 # import of grpc.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
+import fcntl
 import itertools
 import subprocess
 import sys
@@ -58,14 +59,23 @@ def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``make dist`` into a folder of this test session's: the wheels of
-    every distribution, built once for the tests that install them."""
-    out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        ["make", "-s", "-C", str(REPO), "dist", f"DIST={out}", f"PYTHON={sys.executable}"],
-        check=True,
-        timeout=600,
-    )
+    """``make dist`` into a folder of this test run's: the wheels of every
+    distribution, built once for the tests that install them (once for all
+    of ``make test``'s workers: the first to need them builds, under a lock,
+    as the build writes into the checkout)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by this run's workers
+    out = root / "dist"
+    with open(root / "dist.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / ".built").exists():
+            subprocess.run(
+                ["make", "-s", "-C", str(REPO), "dist", f"DIST={out}", f"PYTHON={sys.executable}"],
+                check=True,
+                timeout=600,
+            )
+            (out / ".built").touch()
     return out
 
 
@@ -256,3 +266,18 @@ def any_spark(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[S
     finally:
         for query in session.streams.active:
             query.stop()
+
+
+#: The fixtures of the session's Spark (one SparkSession per test run).
+SPARK_FIXTURES = {"spark", "connect_spark", "any_spark"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make test`` runs two pytest-xdist workers (``--dist loadgroup``):
+    every test of Spark's goes to the same one, so the run still starts one
+    SparkSession (and one Spark Connect server), and the other worker takes
+    the rest meanwhile."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("spark") or fixtures & SPARK_FIXTURES:
+            item.add_marker(pytest.mark.xdist_group("spark"))

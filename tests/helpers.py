@@ -74,9 +74,11 @@ def eventually(check: Callable[[], T], *, timeout_s: float = 30.0, interval_s: f
             retry_on=(AssertionError,),
         )
     except TimeoutError:
-        raise AssertionError(
-            f"condition not met within {timeout_s}s (last value {last[0]!r})"
-        ) from None
+        raise _unmet(timeout_s, last[0]) from None
+
+
+def _unmet(timeout_s: float, last: Any) -> AssertionError:
+    return AssertionError(f"condition not met within {timeout_s}s (last value {last!r})")
 
 
 def _noting(check: Callable[[], T], last: list[Any]) -> Callable[[], T]:
@@ -164,9 +166,7 @@ async def eventually_async(
             retry_on=(AssertionError,),
         )
     except TimeoutError:
-        raise AssertionError(
-            f"condition not met within {timeout_s}s (last value {last[0]!r})"
-        ) from None
+        raise _unmet(timeout_s, last[0]) from None
 
 
 def assert_exactly_once(keys: Iterable[str], expected: dict[str, int]) -> None:

@@ -38,21 +38,13 @@ def test_decoder_names_only_payload_decoding() -> None:
     """Identifiers with ``decoder`` in them live in the payload decoding
     modules (or name them: ``make_decoder``, ``PayloadDecoding``)."""
     word = re.compile(r"\b\w*[Dd]ecoder\w*\b")
-    found = []
-    for path in shipped():
-        if path.name in PAYLOAD_DECODING:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(node.name)
-            elif isinstance(node, ast.Name):
-                names.append(node.id)
-            elif isinstance(node, ast.Attribute):
-                names.append(node.attr)
-            elif isinstance(node, ast.arg):
-                names.append(node.arg)
-            found += [(path.name, n) for n in names if word.fullmatch(n)]
+    found = [
+        (path.name, name)
+        for path in shipped()
+        if path.name not in PAYLOAD_DECODING
+        for name in _identifiers(path)
+        if word.fullmatch(name)
+    ]
     assert found == []
 
 
