@@ -24,7 +24,10 @@ from multikafka.core.transport import ConnectConfig
 from multikafka.core.validation import parse_duration_ms
 from multikafka.v1 import admin_pb2, common_pb2
 
-console = Console()
+def console() -> Console:
+    """Where tables go, made per use: it takes this invocation's terminal
+    width (or COLUMNS), not that of whatever first imported this module."""
+    return Console()
 
 
 class Ctx:
@@ -200,7 +203,7 @@ def _render_stream(info: admin_pb2.StreamInfo) -> None:
             str(c.partitions),
             note,
         )
-    console.print(table)
+    console().print(table)
 
 
 def _starting_note(starting: str | dict[str, Any]) -> str:
@@ -238,7 +241,7 @@ def _render_streams(infos: list[admin_pb2.StreamInfo]) -> None:
             str(i.generation),
             ", ".join(f"{c.cluster}:{common_pb2.ClusterState.Name(c.state)}" for c in i.clusters),
         )
-    console.print(table)
+    console().print(table)
 
 
 @admin_group.group("streams")
@@ -298,7 +301,7 @@ def streams_history(ctx: Ctx, name: str, limit: int) -> None:
         for e in entries:
             when = time.strftime("%H:%M:%S", time.localtime(e.time_ms / 1000))
             table.add_row(when, str(e.generation), e.kind, e.cluster, e.detail, e.principal)
-        console.print(table)
+        console().print(table)
 
     ctx.emit(run(lambda: ctx.client.history(name, limit)), render)
 
@@ -325,7 +328,7 @@ def streams_watch(ctx: Ctx, name: str, interval: float, once: bool) -> None:
             name,
             interval_s=interval,
             once=once,
-            console=console,
+            console=console(),
             as_dict=_dict if ctx.as_json else None,
         )
     )
@@ -420,9 +423,9 @@ def _render_translations(info: admin_pb2.StreamInfo) -> None:
             f"{t.skipped:,}",
             t.result or "earliest",
         )
-    console.print(table)
+    console().print(table)
     if not info.translations:
-        console.print("no query holds the failed cluster's splits: nothing to translate")
+        console().print("no query holds the failed cluster's splits: nothing to translate")
 
 
 @admin_group.group("readers")
@@ -449,7 +452,7 @@ def readers_list(ctx: Ctx) -> None:
                 r.converter or "?",
                 ", ".join(r.sub_readers),
             )
-        console.print(table)
+        console().print(table)
 
     ctx.emit(run(ctx.client.readers), render)
 
@@ -466,7 +469,7 @@ def assignments(ctx: Ctx, stream: str) -> None:
         table.add_column("splits")
         for a in items:
             table.add_row(a.agent_id, ", ".join(a.splits))
-        console.print(table)
+        console().print(table)
 
     ctx.emit(run(lambda: ctx.client.assignments(stream)), render)
 
@@ -490,7 +493,7 @@ def queries_list(ctx: Ctx) -> None:
             table.add_row(
                 q.query_id, q.stream, str(len(q.offsets)), str(sum(q.offsets.values())), when
             )
-        console.print(table)
+        console().print(table)
 
     ctx.emit(run(ctx.client.queries), render)
 
@@ -502,9 +505,9 @@ def grants(ctx: Ctx) -> None:
     the access policy in force."""
 
     def render(g: admin_pb2.ListGrantsResponse) -> None:
-        console.print(f"you are [bold]{g.caller or 'anonymous (no access control)'}[/bold]")
+        console().print(f"you are [bold]{g.caller or 'anonymous (no access control)'}[/bold]")
         if g.problem:
-            console.print(f"[red]the policy file in place is refused[/red]: {g.problem}")
+            console().print(f"[red]the policy file in place is refused[/red]: {g.problem}")
         table = Table(title=f"grants ({g.source or 'token files'})")
         for col in ("principal", "role", "streams", "references"):
             table.add_column(col)
@@ -515,7 +518,7 @@ def grants(ctx: Ctx) -> None:
                 ", ".join(grant.streams) or "(every stream)",
                 ", ".join(grant.references),
             )
-        console.print(table)
+        console().print(table)
 
     ctx.emit(run(ctx.client.grants), render)
 
@@ -526,7 +529,7 @@ def status(ctx: Ctx) -> None:
     """The role of the coordinator reached, the leader, etcd, and the replicas."""
 
     def render(s: admin_pb2.StatusResponse) -> None:
-        console.print(
+        console().print(
             f"[bold]{s.address}[/bold] is the [bold]{s.role}[/bold]"
             + (f"; the leader is {s.leader}" if s.role != "leader" and s.leader else "")
             + ("; no leader elected" if not s.leader else "")
@@ -535,13 +538,13 @@ def status(ctx: Ctx) -> None:
         etcd += (
             f", etcd {s.etcd.version})" if s.etcd.reachable else f": unreachable: {s.etcd.error})"
         )
-        console.print(f"etcd: {etcd}; metadata generation {s.generation}")
+        console().print(f"etcd: {etcd}; metadata generation {s.generation}")
         table = Table(title="coordinator replicas")
         for col in ("address", "role", "id", "up since"):
             table.add_column(col)
         for r in s.replicas:
             since = time.strftime("%H:%M:%S", time.localtime(r.since_ms / 1000))
             table.add_row(r.address, r.role, r.id, since)
-        console.print(table)
+        console().print(table)
 
     ctx.emit(run(ctx.client.status), render)
