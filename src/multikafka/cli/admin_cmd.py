@@ -24,6 +24,7 @@ from multikafka.core.transport import ConnectConfig
 from multikafka.core.validation import parse_duration_ms
 from multikafka.v1 import admin_pb2, common_pb2
 
+
 def console() -> Console:
     """Where tables go, made per use: it takes this invocation's terminal
     width (or COLUMNS), not that of whatever first imported this module."""
