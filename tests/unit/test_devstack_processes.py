@@ -73,11 +73,13 @@ def test_a_coordinator_asked_for_any_port_gets_a_free_port() -> None:
 #: fetching client does): its lines say when it was asked and when it exits.
 #: A child that, asked to stop, waits (up to 5 s) until all its siblings
 #: were asked too: stopping one at a time would keep the first waiting out
-#: its 5 s, and the others would be asked only after it exited.
+#: its 5 s, and the others would be asked only after it exited. A second
+#: SIGTERM (``stop`` asks again one still running) changes nothing.
 _SLOW_EXIT = """
 import os, signal, sys, time
 asked_dir, siblings = sys.argv[1], int(sys.argv[2])
 def bye(*_):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print("asked", time.monotonic(), flush=True)
     open(os.path.join(asked_dir, str(os.getpid())), "w").close()
     deadline = time.monotonic() + 5
