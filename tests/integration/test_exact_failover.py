@@ -4,7 +4,8 @@ each side), the mirror holding a batch twice (a copier that sent it again
 after a restart) and records the query had not read yet. A standalone
 reader (real coordinator, real tansu) reads the source; after a failover it
 reads on from the mirror: every record once, and the failover's
-translation says it matched the latest copy.
+translation says it matched the latest copy. And partitions with nothing to
+match: one the source never wrote, one only the mirror has.
 
 tansu hands out the records of aborted transactions to readers of committed
 records (``docs/architecture.md``), so aborted records on either side are not
@@ -43,6 +44,22 @@ def _transaction(producer: Any, topic: str, keys: list[str]) -> None:
         )
         producer.flush()
     producer.commit_transaction(15)
+
+
+def _write(bootstrap: str, topic: str, partition: int, keys: list[str]) -> None:
+    """Records as :func:`_transaction` writes them, without a transaction."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+    for key in keys:
+        producer.produce(
+            topic,
+            key=key.encode(),
+            value=key.encode(),
+            partition=partition,
+            timestamp=T0 + int(key.split(":")[1]),
+        )
+        producer.flush()
 
 
 def _keys(lo: int, hi: int) -> list[str]:
@@ -91,3 +108,40 @@ def test_transaction_markers_on_both_sides_and_a_batch_sent_twice_do_not_stop_an
     (translated,) = [e.detail for e in admin.history(name) if e.kind == "translated"]
     assert "matched the last 4 records read" in translated
     assert "found at 2 places" in translated  # the batch sent twice: its latest copy
+
+
+def test_an_empty_partition_and_a_mirror_with_more_partitions_read_every_record_once(
+    coordinator: CoordinatorThread, admin: AdminClient, kafka: KafkaClusters
+) -> None:
+    """The source's partition 1 was never written; the mirror's topic has a
+    partition 2 the source lacks (created wider, written by producers that
+    moved there first). After the failover partition 0 resumes right after
+    the copy of the last record read, 1 and 2 from their earliest record."""
+    a, b = kafka.shared(2)
+    topic = uid("wide")
+    create_topics(a.bootstrap, {topic: 2})
+    create_topics(b.bootstrap, {topic: 3})
+    _write(a.bootstrap, topic, 0, _keys(0, 10))
+    _write(b.bootstrap, topic, 0, _keys(0, 13))  # the copy, and 3 records not read yet
+    _write(b.bootstrap, topic, 2, _keys(100, 103))
+
+    name = uid("wide")
+    doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
+    doc["clusters"]["b"]["state"] = "STANDBY"
+    admin.put_stream(doc)
+    with Reader(coordinator.address, name, starting_offsets="earliest", query_id=name) as reader:
+        first = _read_all(reader)
+        assert [k for _, k in first] == _keys(0, 10)
+
+        admin.failover(name, "a", "b", strategy="timestamp", margin_ms=1000, reason="test")
+        _write(b.bootstrap, topic, 1, _keys(200, 202))  # the empty partition, written after
+        rest: list[tuple[str, str]] = []
+        eventually(lambda: rest.extend(_read_all(reader)) or len(rest) >= 8, timeout_s=60)
+        rest.extend(_read_all(reader))  # anything read twice would come now
+    assert sorted(k for _, k in rest) == sorted(_keys(10, 13) + _keys(100, 103) + _keys(200, 202))
+    assert {c for c, _ in rest} == {"b"}
+    said = {e.detail.split()[2]: e.detail for e in admin.history(name) if e.kind == "translated"}
+    assert set(said) == {f"b/{topic}/{p}" for p in range(3)}
+    assert "matched the last 4 records read" in said[f"b/{topic}/0"]
+    assert "starts at 0 (nothing read yet" in said[f"b/{topic}/1"]
+    assert "starts at 0 (no counterpart on the failed cluster" in said[f"b/{topic}/2"]
