@@ -66,6 +66,15 @@ def _keys(lo: int, hi: int) -> list[str]:
     return [f"r:{i}" for i in range(lo, hi)]
 
 
+def _a_with_b_standby(admin: AdminClient, prefix: str, a: str, b: str, topic: str) -> str:
+    """A new stream of ``topic`` on clusters a (ACTIVE) and b (STANDBY): its name."""
+    name = uid(prefix)
+    doc = stream_doc(name, {"a": (a, [topic]), "b": (b, [topic])})
+    doc["clusters"]["b"]["state"] = "STANDBY"
+    admin.put_stream(doc)
+    return name
+
+
 def _read_all(reader: Reader) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for batch in reader.batches(idle_timeout_s=3):
@@ -91,10 +100,7 @@ def test_transaction_markers_on_both_sides_and_a_batch_sent_twice_do_not_stop_an
     for lo, hi in ((0, 12), (12, 20), (14, 20), (20, 25)):
         _transaction(mirror, topic, _keys(lo, hi))
 
-    name = uid("txf")
-    doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
-    doc["clusters"]["b"]["state"] = "STANDBY"
-    admin.put_stream(doc)
+    name = _a_with_b_standby(admin, "txf", a.bootstrap, b.bootstrap, topic)
     with Reader(coordinator.address, name, starting_offsets="earliest", query_id=name) as reader:
         first = _read_all(reader)
         assert [k for _, k in first] == _keys(0, 20)
@@ -125,10 +131,7 @@ def test_an_empty_partition_and_a_mirror_with_more_partitions_read_every_record_
     _write(b.bootstrap, topic, 0, _keys(0, 13))  # the copy, and 3 records not read yet
     _write(b.bootstrap, topic, 2, _keys(100, 103))
 
-    name = uid("wide")
-    doc = stream_doc(name, {"a": (a.bootstrap, [topic]), "b": (b.bootstrap, [topic])})
-    doc["clusters"]["b"]["state"] = "STANDBY"
-    admin.put_stream(doc)
+    name = _a_with_b_standby(admin, "wide", a.bootstrap, b.bootstrap, topic)
     with Reader(coordinator.address, name, starting_offsets="earliest", query_id=name) as reader:
         first = _read_all(reader)
         assert [k for _, k in first] == _keys(0, 10)
