@@ -34,7 +34,6 @@ __all__ = [
     "Reference",
     "ReferenceError",
     "check_references",
-    "has_references",
     "is_reference",
     "references_in",
     "resolve_properties",
@@ -79,10 +78,6 @@ def references_in(value: str) -> Iterator[Reference]:
             continue
         path, sep, key = rest.rpartition(":")
         yield Reference(provider, path if sep else "", key if sep else rest, m.group(0))
-
-
-def has_references(value: str) -> bool:
-    return "${" in value and _REFERENCE.search(value) is not None
 
 
 def is_reference(value: str) -> bool:

@@ -150,12 +150,8 @@ class AccessControl:
             policy = parse_policy(data, self.path)
         except PolicyError as exc:
             return self._refused(str(exc), exc.line)
-        principals, grants = self._extra
-        clash = sorted(set(policy.principals) & {p.name for p in principals})
-        if clash:  # cannot happen: the policy's names are checked
-            return self._refused(f"principal {clash[0]} is reserved", 0)
         first = self.policy is None
-        self.policy = policy.with_entries(principals, grants) if principals else policy
+        self.policy = policy.with_entries(*self._extra)
         self.version += 1
         self._valid()
         if self._metrics is not None:

@@ -25,7 +25,7 @@ import hmac
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fnmatch import translate
+from fnmatch import fnmatchcase
 
 from multikafka.core.exceptions import AuthenticationError, PermissionDeniedError, shown
 
@@ -122,19 +122,7 @@ class Grant:
     line: int = 0
 
     def covers(self, stream: str) -> bool:
-        return self.role is Role.ADMIN or any(_glob(p).match(stream) for p in self.streams)
-
-
-_GLOBS: dict[str, re.Pattern[str]] = {}
-
-
-def _glob(pattern: str) -> re.Pattern[str]:
-    compiled = _GLOBS.get(pattern)
-    if compiled is None:
-        if len(_GLOBS) > 100_000:
-            _GLOBS.clear()
-        compiled = _GLOBS[pattern] = re.compile(translate(pattern))
-    return compiled
+        return self.role is Role.ADMIN or any(fnmatchcase(stream, p) for p in self.streams)
 
 
 class Rights:
@@ -231,19 +219,6 @@ class Policy:
                 by_subject.setdefault(p.cert_subject, []).append(p)
         self._by_token.update({k: tuple(v) for k, v in by_token.items()})
         self._by_subject.update({k: tuple(v) for k, v in by_subject.items()})
-
-    @classmethod
-    def built_in(
-        cls, *, admin_token: str = "", reader_token: str = "", any_certificate: bool = False
-    ) -> Policy:
-        """The policy ``--admin-token-file``, ``--reader-token-file`` and
-        ``--tls-client-ca`` (without ``--access-policy``) stand for: an
-        ``admin``, and a ``reader`` of every stream (the token's holder, or
-        any verified client certificate)."""
-        principals, grants = built_in_entries(
-            admin_token=admin_token, reader_token=reader_token, any_certificate=any_certificate
-        )
-        return cls({p.name: p for p in principals}, tuple(grants))
 
     def with_entries(self, principals: Iterable[Principal], grants: Iterable[Grant]) -> Policy:
         """This policy and more principals and grants (the token files')."""

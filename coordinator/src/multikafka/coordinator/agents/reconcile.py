@@ -29,8 +29,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from multikafka.coordinator.access import Rights, Role
-from multikafka.coordinator.agents.registry import Agent, AgentRegistry, Outgoing
+from multikafka.coordinator.access import Rights
+from multikafka.coordinator.agents.registry import Agent, AgentRegistry, Outgoing, visible
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.metrics import Metrics
 from multikafka.coordinator.state.history import History
@@ -90,9 +90,9 @@ class Reconciler:
         self._desired: dict[str, dict[str, reader_pb2.ClusterDesired]] = {}
         self._pending: dict[int, _Pending] = {}
         #: The snapshot new subscriptions get, serialized (built again after a change).
-        self._snapshot: bytes | None = None
-        #: id(rights) -> (rights, the snapshot it may see), for this generation.
-        self._snapshots: dict[int, tuple[Rights, bytes]] = {}
+        self._snapshot: Outgoing | None = None
+        #: The snapshot as each agent's rights may see it, for this generation.
+        self._snapshots: dict[Rights, Outgoing] = {}
         #: Recent reconcile latencies (seconds), for benchmarks and the admin API.
         self.latencies: deque[float] = deque(maxlen=10_000)
         #: Recent fan-out times (seconds): from seeing a change to the last
@@ -136,20 +136,11 @@ class Reconciler:
         (None: all); built once per generation and rights (a thousand
         agents subscribing at once get the same bytes)."""
         if self._snapshot is None:
-            self._snapshot = self.snapshot().SerializeToString()
+            self._snapshot = Outgoing.of(self.snapshot())
             self._snapshots.clear()
-        if rights is None or rights.admin:
-            return self._snapshot
-        known = self._snapshots.get(id(rights))
-        if known is None or known[0] is not rights:
-            event = self.snapshot()
-            mine = [d for d in event.clusters if rights.may(Role.READER, d.stream)]
-            del event.clusters[:]
-            event.clusters.extend(mine)
-            if len(self._snapshots) > 1024:
-                self._snapshots.clear()
-            known = self._snapshots[id(rights)] = (rights, event.SerializeToString())
-        return known[1]
+        if len(self._snapshots) > 1024:
+            self._snapshots.clear()
+        return visible(self._snapshot, rights, self._snapshots).payload
 
     async def on_change(self, change: MetadataChange) -> None:
         """Every applied change becomes one event (agents track the generation

@@ -72,14 +72,14 @@ def merge(older: Outgoing, newer: Outgoing) -> Outgoing:
     return Outgoing(event, event.SerializeToString(), min(older.first, newer.first))
 
 
-def visible(item: Outgoing, rights: Rights | None, cache: dict[int, Outgoing]) -> Outgoing:
+def visible(item: Outgoing, rights: Rights | None, cache: dict[Rights, Outgoing]) -> Outgoing:
     """``item`` as an agent with ``rights`` may see it: only the clusters of
     streams it may read (the generation and time stay: agents track the
     generation even when nothing they hold changed). Made once per rights
     (``cache``) for all the agents that share them."""
     if rights is None or rights.admin:
         return item
-    seen = cache.get(id(rights))
+    seen = cache.get(rights)
     if seen is not None:
         return seen
     clusters = [d for d in item.event.clusters if rights.may(Role.READER, d.stream)]
@@ -93,7 +93,7 @@ def visible(item: Outgoing, rights: Rights | None, cache: dict[int, Outgoing]) -
             observed_ms=item.event.observed_ms,
         )
         seen = Outgoing(event, event.SerializeToString(), item.first)
-    cache[id(rights)] = seen
+    cache[rights] = seen
     return seen
 
 
@@ -310,7 +310,7 @@ class AgentRegistry:
         returns how many."""
         item = event if isinstance(event, Outgoing) else Outgoing.of(event)
         sent = 0
-        seen: dict[int, Outgoing] = {}
+        seen: dict[Rights, Outgoing] = {}
         for agent in self._agents.values():
             if agent.queue is not None:
                 agent.queue.put(visible(item, agent.rights, seen))

@@ -32,8 +32,13 @@ import grpc
 from multikafka.coordinator.access import AccessControl, Caller, Identity, Role, audit
 from multikafka.coordinator.access.caller import OPEN, done, serving
 from multikafka.coordinator.api.rpc import handler_like
-from multikafka.core._grpc_codes import clip
-from multikafka.core.exceptions import AuthenticationError, UnavailableError, shown
+from multikafka.core._grpc_codes import clip, to_grpc_code
+from multikafka.core.exceptions import (
+    AuthenticationError,
+    PermissionDeniedError,
+    UnavailableError,
+    shown,
+)
 
 PREFIX = "/multikafka.v1."
 ADMIN = "/multikafka.v1.Admin/"
@@ -160,7 +165,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
-    def identify(self, context: grpc.aio.ServicerContext[Any, Any], method: str) -> Identity:
+    def identify(self, context: grpc.aio.ServicerContext[Any, Any]) -> Identity:
         """What the call proves; :class:`AuthenticationError` for a
         malformed authorization header."""
         token = ""
@@ -187,7 +192,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if self._access.open_to_all(method):
             return OPEN  # a service no credential guards (no policy file)
         try:
-            caller = Caller(self._access, self.identify(context, method), method)
+            caller = Caller(self._access, self.identify(context), method)
             rights = caller.rights
         except AuthenticationError as exc:
             Caller(self._access, Identity(), method).refused(rule.role, "", str(exc))
@@ -196,7 +201,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             raise AuthenticationError(f"{exc}{hint}") from None
         if not rights.holds(rule.role):
             caller.refused(rule.role, "", "role not held")
-            raise _Denied(
+            raise PermissionDeniedError(
                 f"{rights.name} may not call {method.rsplit('/', 1)[-1]}: it needs the "
                 f"{rule.role.label} role on some stream, which the access policy does not grant"
             )
@@ -209,14 +214,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         behavior_stream: Any = handler.stream_stream or handler.unary_stream
 
         async def refuse(context: grpc.aio.ServicerContext[Any, Any], exc: Exception) -> None:
-            code = (
-                grpc.StatusCode.PERMISSION_DENIED
-                if isinstance(exc, _Denied)
-                else grpc.StatusCode.UNAVAILABLE
-                if isinstance(exc, UnavailableError)
-                else grpc.StatusCode.UNAUTHENTICATED
-            )
-            await context.abort(code, clip(str(exc)))
+            await context.abort(to_grpc_code(exc), clip(str(exc)))
 
         async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
@@ -246,10 +244,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 yield item
 
         return handler_like(handler, unary, stream)
-
-
-class _Denied(AuthenticationError):
-    """A role not held anywhere (PERMISSION_DENIED)."""
 
 
 async def _audited(
