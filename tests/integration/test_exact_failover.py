@@ -30,27 +30,9 @@ pytestmark = pytest.mark.integration
 T0 = 1_700_000_000_000
 
 
-def _transaction(producer: Any, topic: str, keys: list[str]) -> None:
-    """One committed transaction of ``keys`` (value = key, time T0 + the
-    key's number), each record flushed on its own (tansu's high watermark)."""
-    producer.begin_transaction()
-    for key in keys:
-        producer.produce(
-            topic,
-            key=key.encode(),
-            value=key.encode(),
-            partition=0,
-            timestamp=T0 + int(key.split(":")[1]),
-        )
-        producer.flush()
-    producer.commit_transaction(15)
-
-
-def _write(bootstrap: str, topic: str, partition: int, keys: list[str]) -> None:
-    """Records as :func:`_transaction` writes them, without a transaction."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
+def _produce(producer: Any, topic: str, partition: int, keys: list[str]) -> None:
+    """Records of ``keys`` (value = key, time T0 + the key's number), each
+    flushed on its own (tansu's high watermark)."""
     for key in keys:
         producer.produce(
             topic,
@@ -60,6 +42,22 @@ def _write(bootstrap: str, topic: str, partition: int, keys: list[str]) -> None:
             timestamp=T0 + int(key.split(":")[1]),
         )
         producer.flush()
+
+
+def _transaction(producer: Any, topic: str, keys: list[str]) -> None:
+    """One committed transaction of :func:`_produce`'s records into partition 0."""
+    producer.begin_transaction()
+    _produce(producer, topic, 0, keys)
+    producer.commit_transaction(15)
+
+
+def _write(bootstrap: str, topic: str, partition: int, keys: list[str]) -> None:
+    """:func:`_produce`'s records, without a transaction."""
+    from confluent_kafka import Producer
+
+    _produce(
+        Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1}), topic, partition, keys
+    )
 
 
 def _keys(lo: int, hi: int) -> list[str]:

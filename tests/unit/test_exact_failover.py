@@ -242,6 +242,24 @@ async def test_every_query_at_one_position_shares_one_read_of_the_mirror(parts: 
     assert client.scanned == scanned
 
 
+async def test_a_full_cache_of_searches_keeps_the_hits_of_the_call_that_empties_it(
+    parts: Parts,
+) -> None:
+    """The cache of searches is emptied when it is full; a split found in it
+    by the same call as a new one is still matched (not the estimate)."""
+    record = await mirrored(parts)
+    read_up_to(parts, 0, 30)
+    read_up_to(parts, 1, 30)
+    view = parts.store.get("s")
+    await parts.translator.translate(view, record, [SplitId("b", "t", 0)], {"a/t/0": 30}, {})
+    parts.translator._found.update((("filler", i), None) for i in range(10_001))  # type: ignore[misc]
+
+    _, notes = await translate(parts, record, {"a/t/0": 30, "a/t/1": 30})
+    assert notes["b/t/0"].result == MATCHED  # a hit of this call
+    assert notes["b/t/1"].result == MATCHED  # searched by this call
+    assert len(parts.translator._found) <= 2
+
+
 async def test_a_new_leader_finds_the_same_start(parts: Parts) -> None:
     """The match is a function of etcd (the marks, written before it is
     used) and the mirror: a leader that takes over answers the same."""

@@ -257,7 +257,7 @@ def test_overrides_win_over_the_stream_documents_properties() -> None:
     assert with_overrides(conn, Overrides()) is conn
 
 
-def test_a_range_reader_gets_the_overrides() -> None:
+def test_a_range_consumer_gets_the_overrides() -> None:
     conn = Connection("east", "127.0.0.1:1", Properties({}))
     merged = with_overrides(conn, check_overrides({"fetch.wait.max.ms": "777"}))
     reader = KafkaRangeConsumer(merged)

@@ -140,6 +140,33 @@ async def test_record_for_takes_the_latest_failover_into_the_cluster(parts: Part
     assert record.from_cluster == "c"
 
 
+async def test_record_for_drops_a_failover_whose_target_failed_or_whose_source_moved_on(
+    parts: Parts,
+) -> None:
+    """Each of its own: a -> b decides nothing once b failed over too (b is
+    no longer ACTIVE); a -> c decides nothing once a failed over to b since
+    (c stays ACTIVE, but the latest failover from a is another)."""
+    doc = {"a": (A, ["t"]), "b": (B, ["t"]), "c": (C, ["t"])}
+    await parts.put(stream_doc("s", doc, states={"b": "STANDBY", "c": "STANDBY"}))
+    await parts.lifecycle.failover("s", "a", "b", margin_ms=1000)
+    assert parts.translator.record_for(parts.store.get("s"), "b", {"a/t/0": 1}) is not None
+    await parts.lifecycle.failover("s", "b", "c", margin_ms=1000)
+    view = parts.store.get("s")
+    assert view.spec.clusters["a"].state is ClusterState.FAILED
+    assert parts.translator.record_for(view, "b", {"a/t/0": 1}) is None  # b not ACTIVE
+
+    await parts.put(stream_doc("s2", doc, states={"b": "STANDBY", "c": "STANDBY"}))
+    await parts.lifecycle.failover("s2", "a", "c", margin_ms=1000)
+    await parts.lifecycle.activate("s2", "a")
+    await parts.lifecycle.failover("s2", "a", "b", margin_ms=1000)
+    view = parts.store.get("s2")
+    assert view.spec.clusters["c"].state is ClusterState.ACTIVE
+    assert view.spec.clusters["a"].state is ClusterState.FAILED
+    assert view.status.failover_into("c") is not None
+    assert parts.translator.record_for(view, "c", {"a/t/0": 1}) is None  # a moved on to b
+    assert parts.translator.record_for(view, "b", {"a/t/0": 1}) is not None
+
+
 # -- translate: timestamp ------------------------------------------------------
 
 

@@ -236,7 +236,7 @@ class Coordinators:
             if address != self._address or leader == self._address:
                 # (a replica naming itself leads and is starting: stay)
                 return False
-            to_leader = bool(leader) and leader != self._address
+            to_leader = bool(leader)  # (naming this replica returned above)
             if to_leader:
                 self._address = leader
             elif len(self.config.addresses) > 1 or self._address not in self.config.addresses:

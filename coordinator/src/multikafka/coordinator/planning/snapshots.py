@@ -2,7 +2,7 @@
 micro-batch (:func:`snapshots_of`): its state and topics, the splits it
 has, their high watermarks (or last stable offsets) from the shared
 :class:`~.watermarks.Watermarks`, its drain ends and stops: the
-:class:`~.planner.ClusterSnapshot` ``plan_end`` takes.
+:class:`~.end_vector.ClusterSnapshot` ``plan_end`` takes.
 """
 
 from __future__ import annotations

@@ -307,6 +307,8 @@ class FailoverTranslator:
     ) -> None:
         """Find the copies of the last records read, from each estimate on
         (:meth:`_find`), once per position."""
+        if len(self._found) > 10_000:
+            self._found.clear()  # before this call's hits are counted on
         searches = {id(a): key for a in asks if (key := a.search(view.name, margin_ms))}
         todo = {key for key in searches.values() if key not in self._found}
         if todo:
@@ -318,8 +320,6 @@ class FailoverTranslator:
             found = await self._find(
                 view, cluster, {tp: (k[2], k[3], k[4]) for tp, k in by_partition.items()}
             )
-            if len(self._found) > 10_000:
-                self._found.clear()
             for tp, key in by_partition.items():
                 self._found[key] = found.get(tp)
         for ask in asks:

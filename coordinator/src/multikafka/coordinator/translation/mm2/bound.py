@@ -49,7 +49,7 @@ def read_again(
     The bound, per partition, for the newest sync ``u`` the coordinator knows:
     past ``u``, the records after it; at or below it, at most
     ``offset_lag_max`` plus the distance from ``u`` (nearest the newest sync,
-    ``offset_lag_max``: see the module's docstring; further back the store
+    ``offset_lag_max``: see ``multikafka.devstack.offset_syncs``; further back the store
     has forgotten syncs, as MM2's ``OffsetSyncStore`` has, which costs at most
     that distance more: ``tests/unit/test_offset_syncs.py`` checks both).
     ``offset_lag_max + |u - p|`` covers both, and over the ``u`` that may be
