@@ -160,13 +160,17 @@ def finish(
     result: dict[str, Any],
     args: argparse.Namespace,
     plot: Callable[[dict[str, Any], Path], None],
+    *,
+    png_name: str = "",
 ) -> tuple[Path, Path]:
     """Stamp the end load, write ``benchmarks/out/<name>.json`` (with
-    ``--smoke``: ``<out>/<name>.json``) and the plot ``<out>/img/<name>.png``,
-    say so; returns both paths."""
-    result.setdefault("machine", machine())["loadavg_at_end"] = list(os.getloadavg())
+    ``--smoke``: ``<out>/<name>.json``) and the plot ``<out>/img/<name>.png``
+    (or ``png_name``), say so; returns both paths."""
+    if "machine" not in result:
+        result["machine"] = machine()
+    result["machine"]["loadavg_at_end"] = list(os.getloadavg())
     json_path = write_json(f"{name}.json", result, json_folder(args))
-    png = img_path(resolve_out(args.out), f"{name}.png")
+    png = img_path(resolve_out(args.out), png_name or f"{name}.png")
     plot(result, png)
     console.print(f"wrote {json_path} and {png}")
     return json_path, png

@@ -51,7 +51,7 @@ from benchmarks._common import (
 from multikafka.coordinator.translation.mm2.bound import read_again
 from multikafka.core.admin_client import AdminClient
 from multikafka.core.retry import poll
-from multikafka.devstack.counts import sequence_report
+from multikafka.devstack.counts import count_keys, split_key
 from multikafka.devstack.feed import is_stream_key
 from multikafka.devstack.mirror import Mm2Copy, mirrored_stream
 from multikafka.devstack.offset_syncs import OFFSET_LAG_MAX
@@ -216,7 +216,7 @@ def one_run(
     finally:
         query.stop()
     start = run.failover_at if mode == "admin" else run.killed_at
-    missing, duplicated = sequence_report(run.keys, {"r": total})
+    counted = count_keys(run.keys).report({"r": total})
     window = feed.margin_window(run.from_primary, cut, margin_ms)
     result = {
         "mode": mode,
@@ -224,11 +224,11 @@ def one_run(
         "gap_s": run.first_from("mirror") - start,
         "kill_to_first_mirror_row_s": run.first_from("mirror") - run.killed_at,
         "records": total,
-        "lost": len(missing),
-        "duplicates": sum(c - 1 for c in duplicated.values()),
+        "lost": counted.lost,
+        "duplicates": counted.read_again,
         # re-read records that lie outside the failover margin (must be 0)
         "duplicates_outside_margin": sum(
-            1 for k in duplicated if int(k.split(":")[1]) not in window
+            1 for k in counted.duplicated if split_key(k)[1] not in window
         ),
     }
     history = admin.history(name)

@@ -75,6 +75,7 @@ import argparse
 import json
 import queue
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -904,12 +905,7 @@ def _access_summary(n: int, runs: dict[str, list[dict[str, Any]]]) -> dict[str, 
     """Median CPU per trigger without and with the policy, and their ratio."""
 
     def median(rows: list[dict[str, Any]], key: str) -> float:
-        values = sorted(r[key] for r in rows)
-        return (
-            values[len(values) // 2]
-            if len(values) % 2
-            else sum(values[len(values) // 2 - 1 : len(values) // 2 + 1]) / 2
-        )
+        return statistics.median(r[key] for r in rows)
 
     out: dict[str, Any] = {"queries": n, "runs": runs}
     for kind, rows in runs.items():

@@ -33,12 +33,9 @@ from benchmarks._common import (
     Arguments,
     console,
     figure,
-    img_path,
-    json_folder,
+    finish,
     machine,
     quiet_logs,
-    resolve_out,
-    write_json,
 )
 from multikafka.devstack.soak import FAULTS, run_soak
 
@@ -128,11 +125,8 @@ def main() -> None:
         "machine": facts,
         **run_soak(args.minutes, args.seed, keep_logs=args.keep_logs, console=console),
     }
-    result["machine"]["loadavg_at_end"] = list(os.getloadavg())
-    path = write_json("soak.json", result, json_folder(args))
-    plot(result, img_path(resolve_out(args.out), "soak_timeline.png"))
+    finish("soak", result, args, plot, png_name="soak_timeline.png")
     report(result)
-    console.print(f"wrote {path}")
     sys.exit(0 if result["ok"] else 1)
 
 

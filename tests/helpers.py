@@ -19,7 +19,7 @@ from multikafka.core import _offsets as ov
 from multikafka.core.env import PREFIX as SETTINGS_PREFIX
 from multikafka.core.retry import poll, poll_async
 from multikafka.devstack import free_port
-from multikafka.devstack.counts import sequence_report
+from multikafka.devstack.counts import sequence_report, split_key
 from multikafka.devstack.feed import Feed, SequenceProducer, create_topics, fence
 from multikafka.devstack.stack import TANSU_PROPERTIES, stream_doc
 from multikafka.v1 import planner_pb2
@@ -188,12 +188,12 @@ def assert_duplicates_within_margin(
     assert not missing, f"{len(missing)} lost, e.g. {missing[:5]}"
     assert all(c == 2 for c in duplicated.values())
     window = feed.margin_window(
-        (int(k.split(":")[1]) for c, k in rows if c == primary and k.startswith("r:")),
+        (split_key(k)[1] for c, k in rows if c == primary and k.startswith("r:")),
         cut,
         margin_ms,
     )
     assert window, "nothing was read from the primary before the failover"
-    outside = [k for k in duplicated if int(k.split(":")[1]) not in window]
+    outside = [k for k in duplicated if split_key(k)[1] not in window]
     assert not outside, f"{len(outside)} of {len(duplicated)} duplicates outside the margin"
 
 

@@ -21,6 +21,7 @@ from multikafka.core.mm2_records import Checkpoint, OffsetSync
 from multikafka.core.planner_client import PlannerClient
 from multikafka.devstack import CoordinatorThread
 from multikafka.devstack.feed import create_topics
+from multikafka.devstack.mirror import OffsetSyncsTopic
 from tests.conftest import KafkaClusters
 from tests.helpers import eventually, produce_sequence, report_reads, stream_doc, uid
 
@@ -34,14 +35,6 @@ def planner(coordinator: CoordinatorThread) -> Iterator[PlannerClient]:
     client.close()
 
 
-def write_syncs(bootstrap: str, topic: str, syncs: list[OffsetSync]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1})
-    for s in syncs:
-        key, value = s.encode()
-        producer.produce(topic, key=key, value=value, partition=0)
-    assert producer.flush(30) == 0
-
-
 def test_failover_translates_with_the_syncs_read_while_the_source_lived(
     admin: AdminClient,
     kafka: KafkaClusters,
@@ -53,7 +46,7 @@ def test_failover_translates_with_the_syncs_read_while_the_source_lived(
     topic = uid("mm2")
     remote = f"a.{topic}"  # MM2's default policy, source alias "a"
     syncs_topic = "mm2-offset-syncs.b.internal"  # on the source, named for the target alias
-    create_topics(source.bootstrap, {topic: 2, syncs_topic: 1})
+    create_topics(source.bootstrap, {topic: 2})
     create_topics(mirror.bootstrap, {remote: 2})
     # The source: 20 records and a fence per partition (offsets 0-20).
     produce_sequence(source.bootstrap, topic, 2, "r", range(40))
@@ -62,9 +55,7 @@ def test_failover_translates_with_the_syncs_read_while_the_source_lived(
     # + 6 on partition 0 and + 1 on partition 1.
     produce_sequence(mirror.bootstrap, remote, 2, "old", range(0, 10, 2))
     produce_sequence(mirror.bootstrap, remote, 2, "r", range(40))
-    write_syncs(
-        source.bootstrap,
-        syncs_topic,
+    OffsetSyncsTopic(source.bootstrap, syncs_topic).write(
         [
             OffsetSync(topic, 0, 0, 6),
             OffsetSync(topic, 1, 0, 1),

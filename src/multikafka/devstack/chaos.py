@@ -557,13 +557,9 @@ class Faults:
 
     def worker_kill(self, pick: int) -> Event:
         e = self._event("worker_kill")
-        found: list[int] = []
-
-        def workers() -> bool:
-            found[:] = self.w.python_workers()
-            return bool(found)
-
-        poll(workers, timeout_s=60, what="a Python worker of Spark", interval_s=0.05)
+        found = poll(
+            self.w.python_workers, timeout_s=60, what="a Python worker of Spark", interval_s=0.05
+        )
         pid = found[pick % len(found)]
         os.kill(pid, signal.SIGKILL)
         e.detail = f"kill -9 Python worker {pid} (of {len(found)})"

@@ -20,17 +20,17 @@ TICKS = os.sysconf("SC_CLK_TCK")
 Pid = int | str
 
 
-def _stat(pid: Pid = "self", tid: int | None = None) -> list[str]:
-    """The fields of ``/proc/<pid>[/task/<tid>]/stat`` after the command
-    name (which may hold spaces and parentheses): ``[0]`` is the state,
-    ``[1]`` the parent pid, ``[11:15]`` utime, stime, cutime, cstime."""
-    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
-    return Path(path).read_text().rsplit(")", 1)[1].split()
+def _stat(pid: Pid = "self") -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may
+    hold spaces and parentheses): ``[0]`` is the state, ``[1]`` the parent
+    pid, ``[11:15]`` utime, stime, cutime, cstime."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def cpu_s(pid: Pid = "self", tid: int | None = None) -> float:
-    """User + system CPU seconds of a process (or of one of its threads)."""
-    fields = _stat(pid, tid)
+def cpu_s(pid: Pid = "self") -> float:
+    """User + system CPU seconds of a process (its threads:
+    :func:`thread_cpu_s`)."""
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 

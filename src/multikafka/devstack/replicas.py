@@ -68,16 +68,14 @@ class ReplicaSet:
 
     def leader(self, timeout_s: float = 30.0, interval_s: float = 0.1) -> CoordinatorProcess:
         """The one replica that leads, once exactly one does."""
-        found: list[CoordinatorProcess] = []
 
-        def one() -> bool:
-            found[:] = self.leading()
-            return len(found) == 1
+        def one() -> CoordinatorProcess | None:
+            leading = self.leading()
+            return leading[0] if len(leading) == 1 else None
 
-        poll(
+        return poll(
             one, timeout_s=timeout_s, what="exactly one coordinator leading", interval_s=interval_s
         )
-        return found[0]
 
     def stop(self) -> None:
         for r in self.replicas:

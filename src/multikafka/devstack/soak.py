@@ -59,6 +59,7 @@ from multikafka.devstack.chaos import (
     offset_of,
 )
 from multikafka.devstack.counts import ReadCounts, split_key
+from multikafka.devstack.feed import is_stream_key
 from multikafka.devstack.processes import temp_work_dir
 
 #: Every kind of fault the schedule draws from (each a method of Faults).
@@ -146,10 +147,10 @@ class Reads:
                 lo, hi, n = ranges.get((cluster, partition), (offset, offset, 0))
                 ranges[(cluster, partition)] = (min(lo, offset), max(hi, offset), n + 1)
                 key = r["k"]
-                before = self.counts.add(key)
-                if before < 0:
+                if not is_stream_key(key):
                     continue  # a fence
-                seq = split_key(key)[1]
+                label, seq = split_key(key)
+                before = self.counts.add_seq(label, seq)
                 if seq >= len(self.first_offset):
                     grow = seq + 1 - len(self.first_offset) + 65536
                     self.first_cluster.extend(bytes(grow))
@@ -330,8 +331,9 @@ class Soak:
         windows = []
         allowed: set[int] = set(held)
         for e in self.events:
-            window = self._window(e) if e.bound is not None else set()
-            if e.bound is not None and e.bound[0] == "time":
+            window = self._window(e)
+            by_time = e.bound is not None and e.bound[0] == "time"
+            if by_time:
                 allowed |= window  # a drain overlapping an activation reads both
             if e.strategy or e.kind in ("migration", "drain"):
                 windows.append(
@@ -345,7 +347,7 @@ class Soak:
                         # margin before the last record read, where a
                         # fallback to the estimate would read twice) shows
                         # what it did
-                        "bound": len(window) if e.bound and e.bound[0] == "time" else 0,
+                        "bound": len(window) if by_time else 0,
                         "window": len(window),
                         "duplicates": sum(
                             c for s, c in duplicated.items() if s in window and s not in held
