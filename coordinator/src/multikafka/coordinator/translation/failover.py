@@ -50,6 +50,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.clusters.kafka import OffsetQuery, Record
@@ -105,9 +106,17 @@ class Translation:
         return max(self.offset - self.estimate, 0) if self.estimate >= 0 else 0
 
 
-#: What a search of the mirror is cached by: (stream, mirror split, the
-#: estimate, the run of fingerprints, the time it looks up to).
-_SearchKey = tuple[str, str, int, tuple[Fingerprint, ...], int]
+class _Search(NamedTuple):
+    """A search of the mirror, and what it is cached by."""
+
+    stream: str
+    split: SplitId
+    #: The estimate: where reading starts (a little before it).
+    start: int
+    #: The fingerprints of the last records read, oldest first.
+    run: tuple[Fingerprint, ...]
+    #: Past this record time, once the whole run was found, reading stops.
+    limit_ms: int
 
 
 @dataclass
@@ -125,12 +134,14 @@ class _Ask:
     exact: bool = False
     found: Found | None = field(default=None)
 
-    def search(self, stream: str, margin_ms: int) -> _SearchKey | None:
+    def search(self, stream: str, margin_ms: int) -> _Search | None:
         """What finding this split's copy takes (None: nothing to find)."""
         if self.mark is None or self.estimate < 0:
             return None
         m = self.mark
-        return (stream, str(self.split), self.estimate, m.fingerprints, m.timestamp_ms + margin_ms)
+        return _Search(
+            stream, self.split, self.estimate, m.fingerprints, m.timestamp_ms + margin_ms
+        )
 
 
 class FailoverTranslator:
@@ -150,7 +161,7 @@ class FailoverTranslator:
         self._max_scan = max_scan_records
         #: What a search of the mirror found: every query at the same
         #: position asks the same (cleared when it grows past 10,000).
-        self._found: dict[_SearchKey, Found | None] = {}
+        self._found: dict[_Search, Found | None] = {}
 
     @staticmethod
     def record_for(
@@ -309,43 +320,40 @@ class FailoverTranslator:
         (:meth:`_find`), once per position."""
         if len(self._found) > 10_000:
             self._found.clear()  # before this call's hits are counted on
-        searches = {id(a): key for a in asks if (key := a.search(view.name, margin_ms))}
-        todo = {key for key in searches.values() if key not in self._found}
+        searches = [a.search(view.name, margin_ms) for a in asks]
+        todo = {key for key in searches if key is not None and key not in self._found}
         if todo:
             # What the marks say is written before it decides a translation: a
             # leader that takes over finds the same (the match is a function
             # of etcd and the mirror).
             await self._marks.flush()
-            by_partition = {_partition(key[1]): key for key in todo}
-            found = await self._find(
-                view, cluster, {tp: (k[2], k[3], k[4]) for tp, k in by_partition.items()}
-            )
-            for tp, key in by_partition.items():
-                self._found[key] = found.get(tp)
-        for ask in asks:
-            key = searches.get(id(ask))
-            ask.found = self._found.get(key) if key is not None else None
+            by_partition = {(k.split.topic, k.split.partition): k for k in todo}
+            found = await self._find(view, cluster, by_partition)
+            for tp, k in by_partition.items():
+                self._found[k] = found.get(tp)
+        for ask, search in zip(asks, searches, strict=True):
+            ask.found = self._found.get(search) if search is not None else None
 
     async def _find(
         self,
         view: StreamView,
         cluster: str,
-        runs: Mapping[tuple[str, int], tuple[int, tuple[Fingerprint, ...], int]],
+        runs: Mapping[tuple[str, int], _Search],
     ) -> dict[tuple[str, int], Found]:
         """For each partition of ``cluster``: where the copy of ``run`` (the
         last records read, oldest first) is, reading from a little before
         ``start`` (:data:`SCAN_BEFORE`) on up to the end of the partition
         when asked, or :data:`MAX_SCAN_RECORDS`, or, once the whole run was
         found, the first record later than ``limit_ms`` (a re-sent copy
-        comes soon after: ``runs``: partition -> (start, run, limit_ms))."""
+        comes soon after: ``runs``: partition -> its search)."""
         if not runs:
             return {}
         props = view.spec.clusters[cluster].properties
         query = OffsetQuery.stable() if reads_committed(props) else OffsetQuery.latest()
         cc = self._discovery.require(view.name, cluster)
         ends = await self._discovery.offsets(cc, list(runs), query)
-        matchers = {tp: Matcher(run) for tp, (_, run, _) in runs.items()}
-        limits = {tp: limit for tp, (_, _, limit) in runs.items()}
+        matchers = {tp: Matcher(r.run) for tp, r in runs.items()}
+        limits = {tp: r.limit_ms for tp, r in runs.items()}
         max_scan = self._max_scan
 
         def visit(tp: tuple[str, int], m: Record) -> bool:
@@ -360,8 +368,7 @@ class FailoverTranslator:
             return matcher.fed < max_scan
 
         windows = {
-            tp: (max(start - SCAN_BEFORE, 0), ends.get(tp, start))
-            for tp, (start, _, _) in runs.items()
+            tp: (max(r.start - SCAN_BEFORE, 0), ends.get(tp, r.start)) for tp, r in runs.items()
         }
         await self._discovery.scan(view.name, cluster, windows, visit, SCAN_TIMEOUT_S)
         return {tp: f for tp, m in matchers.items() if (f := m.found()) is not None}
@@ -496,8 +503,3 @@ def _chosen(ask: _Ask) -> Translation:
         ask.estimate,
         ESTIMATE,
     )
-
-
-def _partition(split: str) -> tuple[str, int]:
-    s = SplitId.parse(split)
-    return s.topic, s.partition
