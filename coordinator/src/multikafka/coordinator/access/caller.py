@@ -50,11 +50,6 @@ class Caller:
         return self._rights
 
     @property
-    def checked(self) -> bool:
-        """Whether its calls are checked at all."""
-        return self._access is not None and self._access.enabled
-
-    @property
     def name(self) -> str:
         """Who it is, for audit lines and history ("" where nothing is checked)."""
         if self._access is None or not self._access.enabled:

@@ -76,9 +76,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         host = validate_id(request.host, "host")
         converter = validate_id(request.converter, "converter")
         who = caller(self._access)
-        generation = await link.register(
-            agent_id, host, request.pid, converter, who if who.checked else None
-        )
+        generation = await link.register(agent_id, host, request.pid, converter, who)
         return reader_pb2.RegisterResponse(
             generation=generation, heartbeat_interval_ms=self._heartbeat_ms
         )
@@ -91,7 +89,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         agent_id = validate_id(request.agent_id, "agent_id")
         # Closed as soon as the call ends: the agent's subscription with it.
         who = caller(self._access)
-        async with aclosing(link.events(agent_id, who if who.checked else None)) as events:
+        async with aclosing(link.events(agent_id, who)) as events:
             async for payload in events:
                 yield payload  # type: ignore[misc]  # bytes: see method_handlers
 
@@ -102,7 +100,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         who = caller(self._access)
         stats = [s for s in request.sub_readers if who.may(Role.READER, s.stream)]
         link = self._link()
-        link.check_owner(request.agent_id, who if who.checked else None)
+        link.check_owner(request.agent_id, who)
         beat = link.heartbeat(request.agent_id, request.applied_generation, stats)
         return reader_pb2.HeartbeatResponse(known=beat.known, generation=beat.generation)
 
@@ -115,7 +113,6 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
         self._link()
         agent_id = ""
         who = caller(self._access)
-        checked = who.checked
         async for ack in requests:
             link = self._link()  # a deposed replica ends the call: the agent moves
             if not isinstance(ack, reader_pb2.AckRequest):
@@ -128,8 +125,7 @@ class ReaderService(reader_pb2_grpc.ReaderServicer):
                     f"a call acknowledges for one agent ({shown(agent_id)}), "
                     f"not also for {shown(ack.agent_id)}",
                 )
-            if checked:
-                link.check_owner(agent_id, who)
+            link.check_owner(agent_id, who)
             link.acknowledge(agent_id, ack.applied_generation)
         return reader_pb2.AckResponse()
 
