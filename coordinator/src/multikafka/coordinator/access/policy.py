@@ -232,13 +232,14 @@ class Policy:
         when it proves no principal (a token given but not known, or nothing)."""
         found: list[Principal] = []
         if identity.token_sha256:
-            for p in self._by_token.get(identity.token_sha256, ()):
+            holders = self._by_token.get(identity.token_sha256, ())
+            for p in holders:
                 # Looked up by its hash; compared in constant time all the same.
                 if hmac.compare_digest(p.token_sha256, identity.token_sha256) and (
                     not p.cert_subject or self._proves_subject(p, identity)
                 ):
                     found.append(p)
-            if not self._by_token.get(identity.token_sha256):
+            if not holders:
                 raise AuthenticationError(
                     "the bearer token given is not known to this coordinator (a token "
                     "the access policy names by its SHA-256, or a token file's)"

@@ -255,13 +255,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def ListQueries(
         self, request: admin_pb2.ListQueriesRequest, context: Ctx
     ) -> admin_pb2.ListQueriesResponse:
+        who = self._caller()
         return admin_pb2.ListQueriesResponse(
             queries=[
                 admin_pb2.QueryInfo(
                     query_id=q.query_id, stream=q.stream, offsets=q.offsets, updated_ms=q.updated_ms
                 )
                 for q in await self._reports().queries()
-                if self._caller().may(Role.OPERATOR, q.stream)
+                if who.may(Role.OPERATOR, q.stream)
             ]
         )
 
