@@ -17,6 +17,7 @@ from multikafka.coordinator import CoordinatorConfig
 from multikafka.coordinator.clusters.discovery import Discovery
 from multikafka.coordinator.planning.end_vector import ClusterSnapshot, new_splits
 from multikafka.coordinator.state.stream_status import StreamView
+from multikafka.core._kafka_config import client_config
 from multikafka.core.model import ClusterState, Connection
 from multikafka.core.validation import parse_stream
 from tests.fakes import FakeCluster, FakeMetadataClient
@@ -25,6 +26,7 @@ INTERNALS = (
     "multikafka.coordinator.clusters.discovery",
     "multikafka.coordinator.planning.end_vector",
     "multikafka.coordinator.state.stream_status",
+    "multikafka.core._kafka_config",
 )
 
 
@@ -120,6 +122,41 @@ async def test_unreachable_cluster_is_not_asked_again_during_the_backoff(
     assert await discovery.discover(cc, force=True)
     assert cc.health.reachable
     assert Connection("c", "h:1", cc.spec.properties).fingerprint == cc.fingerprint
+
+
+async def test_settings_this_pod_cannot_resolve_make_the_cluster_unreachable_saying_why(
+    cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client is made where its references resolve (as the Kafka
+    client's factory does); one that cannot be resolved here is a cluster
+    that does not answer, its error naming the property and the reference."""
+    monkeypatch.delenv("KAFKA_TEST_UNSET_PASSWORD", raising=False)
+    cluster.counts = {"t": 1}
+    d = Discovery(
+        CoordinatorConfig(unreachable_backoff_s=60.0),
+        ThreadPoolExecutor(2),
+        client_factory=lambda conn: (client_config(conn, {}), FakeMetadataClient(cluster))[1],
+    )
+    ref = "${env:KAFKA_TEST_UNSET_PASSWORD}"
+    spec = parse_stream(
+        {
+            "name": "s",
+            "clusters": {
+                "c": {
+                    "bootstrap_servers": "h:1",
+                    "topics": ["t"],
+                    "properties": {"sasl.password": ref},
+                }
+            },
+        }
+    )
+    await d.sync(StreamView(spec, 1), "s")
+    cc = d.client("s", "c")
+    assert not await d.discover(cc)
+    assert not cc.health.reachable
+    assert "sasl.password" in cc.health.error
+    assert ref in cc.health.error
+    assert cluster.calls == 0  # nothing was asked of the cluster
 
 
 class NamedClient(FakeMetadataClient):

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from multikafka.core._kafka_config import client_config
-from multikafka.core._references import ReferenceError, check_references, resolve_properties
+from multikafka.core._references import (
+    UnresolvedReferenceError,
+    check_references,
+    resolve_properties,
+)
 from multikafka.core._secrets import REDACTED, Properties
 from multikafka.core.exceptions import ValidationError
 from multikafka.core.model import Connection
@@ -84,7 +88,7 @@ def test_an_unresolvable_reference_names_cluster_property_and_reference(
     secret_files: Path, ref: str, why: str
 ) -> None:
     ref = ref.replace("{dir}", str(secret_files))
-    with pytest.raises(ReferenceError) as info:
+    with pytest.raises(UnresolvedReferenceError) as info:
         client_config(Connection("east", "k:9092", Properties({"sasl.password": ref})), {})
     message = str(info.value)
     assert "cluster 'east'" in message

@@ -14,7 +14,7 @@ or text around references (a ``sasl.jaas.config`` naming two). The stream
 document, etcd, the wire and every log keep the reference; only
 :func:`resolve_properties` (called by :func:`multikafka.core._kafka_config.client_config`
 as a client is made) sees values, and hands them straight to librdkafka. A
-reference that cannot be resolved is a :class:`ReferenceError` naming the
+reference that cannot be resolved is a :class:`UnresolvedReferenceError` naming the
 cluster, the property and the reference, never a partial connection.
 """
 
@@ -32,7 +32,7 @@ from multikafka.core.exceptions import PreconditionError, ValidationError, shown
 __all__ = [
     "PROVIDERS",
     "Reference",
-    "ReferenceError",
+    "UnresolvedReferenceError",
     "check_references",
     "is_reference",
     "references_in",
@@ -50,7 +50,7 @@ _OWN_VARIABLES = "MULTIKAFKA_"
 _MAX_FILE_BYTES = 1 << 20
 
 
-class ReferenceError(PreconditionError):
+class UnresolvedReferenceError(PreconditionError):
     """A reference could not be resolved here (FAILED_PRECONDITION: the
     environment, not the request, must change)."""
 
@@ -124,7 +124,7 @@ def check_references(value: str, field: str) -> None:
 
 def resolve_properties(cluster: str, properties: Mapping[str, str]) -> dict[str, str]:
     """``properties`` with every reference replaced by its value, read here
-    and now. :class:`ReferenceError` (naming ``cluster``, the property and
+    and now. :class:`UnresolvedReferenceError` (naming ``cluster``, the property and
     the reference, never a value) for the first that cannot be."""
     resolved = dict(properties)
     files: dict[str, dict[str, str]] = {}
@@ -138,8 +138,8 @@ def resolve_properties(cluster: str, properties: Mapping[str, str]) -> dict[str,
 def _value(cluster: str, prop: str, files: dict[str, dict[str, str]], match: re.Match[str]) -> str:
     (ref,) = references_in(match.group(0))
 
-    def fail(why: str) -> ReferenceError:
-        return ReferenceError(
+    def fail(why: str) -> UnresolvedReferenceError:
+        return UnresolvedReferenceError(
             f"cluster {shown(cluster)}: property {shown(prop)} refers to {shown(ref.text)}, "
             f"which cannot be resolved here: {why}"
         )
@@ -163,7 +163,7 @@ def _value(cluster: str, prop: str, files: dict[str, dict[str, str]], match: re.
     return entries[ref.key]
 
 
-def _read(path: Path, fail: Callable[[str], ReferenceError]) -> str:
+def _read(path: Path, fail: Callable[[str], UnresolvedReferenceError]) -> str:
     try:
         with path.open("rb") as f:
             data = f.read(_MAX_FILE_BYTES + 1)

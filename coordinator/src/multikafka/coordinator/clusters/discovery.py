@@ -33,7 +33,7 @@ from multikafka.coordinator.config import CoordinatorConfig
 from multikafka.coordinator.state.stream_status import StreamView
 from multikafka.core._background import BackgroundTasks
 from multikafka.core._offsets import Splits
-from multikafka.core._references import ReferenceError
+from multikafka.core._references import UnresolvedReferenceError
 from multikafka.core.exceptions import UnavailableError
 from multikafka.core.kafka_log import ServesStreams
 from multikafka.core.model import ClusterSpec, ClusterState, Connection, SplitId
@@ -183,7 +183,7 @@ class Discovery:
         if shared is None:
             try:
                 client: MetadataClient = await self._run(self._factory, connection)
-            except ReferenceError as exc:  # settings this pod cannot resolve
+            except UnresolvedReferenceError as exc:  # settings this pod cannot resolve
                 logger.warning("cluster settings unresolved: %s", exc)
                 client = UnresolvedClient(str(exc))
             shared = self._shared[connection.fingerprint] = SharedClient(client)
