@@ -7,6 +7,7 @@ compiled converter), never decoding."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -23,12 +24,25 @@ def shipped() -> list[Path]:
     return sorted(p for p in files if "_pb2" not in p.name)
 
 
-def test_no_two_classes_share_a_name() -> None:
+@functools.cache
+def _trees() -> dict[Path, ast.Module]:
+    """Every shipped module, parsed once for all the tests here."""
+    return {path: ast.parse(path.read_text()) for path in shipped()}
+
+
+@functools.cache
+def _class_homes() -> dict[str, list[str]]:
+    """Class name -> the shipped files defining a class of that name."""
     homes: dict[str, list[str]] = defaultdict(list)
-    for path in shipped():
-        for node in ast.walk(ast.parse(path.read_text())):
+    for path, tree in _trees().items():
+        for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 homes[node.name].append(str(path.relative_to(REPO)))
+    return dict(homes)
+
+
+def test_no_two_classes_share_a_name() -> None:
+    homes = _class_homes()
     shared = {name: files for name, files in homes.items() if len(files) > 1}
     assert len(homes) > 150
     assert shared == {}
@@ -52,7 +66,7 @@ def _identifiers(path: Path) -> list[str]:
     """Names defined or used in a module (functions, classes, variables,
     attributes, arguments)."""
     names = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_trees()[path]):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.append(node.name)
         elif isinstance(node, ast.Name):
@@ -98,11 +112,7 @@ def test_reader_names_one_thing_each() -> None:
     (its wire name stays: agents and coordinators of different releases talk
     to each other) or one of Spark's reader interfaces. The consumer reading
     exact offset ranges is a ``RangeConsumer``; parsers are parsers."""
-    readers = set()
-    for path in shipped():
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ClassDef) and "Reader" in node.name:
-                readers.add(node.name)
+    readers = {name for name in _class_homes() if "Reader" in name}
     assert readers == {
         "Reader",
         "ReaderAgent",
@@ -124,12 +134,7 @@ def test_planner_names_the_service() -> None:
         "coordinator/src/multikafka/coordinator/api/planner.py",
         "core/src/multikafka/core/planner_client.py",
     ]
-    classes = {
-        node.name
-        for path in shipped()
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.ClassDef) and "Planner" in node.name
-    }
+    classes = {name for name in _class_homes() if "Planner" in name}
     assert classes == {"PlannerService", "PlannerClient"}
 
 
